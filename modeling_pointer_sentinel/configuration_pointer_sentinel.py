@@ -1,0 +1,91 @@
+"""Configuration of the Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016)."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+GATE_TYPES = ("sentinel", "switch")
+
+
+@strict
+class PointerSentinelConfig(PreTrainedConfig):
+    r"""
+    An LSTM language model with a pointer over its last `pointer_window` hidden states, mixed with the
+    vocabulary softmax by a sentinel gate. Every regulariser defaults to off, so a bare config is the plain model.
+
+    vocab_size (`int`): words in the vocabulary (10,000 for PTB, 33,278 for WikiText-2).
+    embedding_size (`int`): width of the word embeddings; may differ from `hidden_size` (AWD-LSTM style).
+    hidden_size (`int`): units of every LSTM layer but the last (see `output_size`).
+    num_hidden_layers (`int`): LSTM layers (alias `num_layers`).
+    tie_word_embeddings (`bool`): share the output softmax matrix with the embeddings; the last LSTM layer then
+        has `embedding_size` units so the shapes match (AWD-LSTM).
+    pointer_window (`int`): L, the number of most recent positions (current one included) the pointer sees.
+    use_pointer (`bool`): False gives the plain LSTM LM baseline through the same code.
+    gate_type (`str`): "sentinel" (the paper) or "switch" (a sigmoid MLP on h_t, Gulcehre et al.'s pointer
+        softmax; the ablation).
+    pointer_loss_weight (`float`): weight of the auxiliary loss -log(g + sum_{x_i = y} a_i) (paper section 2.6).
+    embedding_dropout (`float`): drops whole rows of the embedding matrix (whole words).
+    input_dropout / hidden_dropout / output_dropout (`float`): locked (variational) dropout on the embeddings,
+        between LSTM layers, and on the last layer's outputs; one mask per sequence, shared over time.
+    weight_drop (`float`): DropConnect on the hidden-to-hidden matrices (AWD-LSTM).
+    zoneout (`float`): zoneout probability on the LSTM cell and hidden states (the paper's LSTM); runs a
+        step-by-step loop instead of the fused kernel.
+    init_range (`float`): embeddings and the untied softmax matrix are drawn from U(-init_range, init_range);
+        other weights from U(-1/sqrt(fan), 1/sqrt(fan)).
+    """
+
+    model_type = "pointer_sentinel_lstm"
+    attribute_map = {"num_layers": "num_hidden_layers"}
+
+    vocab_size: int = 10000
+    embedding_size: int = 650
+    hidden_size: int = 650
+    num_hidden_layers: int = 2
+    tie_word_embeddings: bool = False
+    pointer_window: int = 100
+    use_pointer: bool = True
+    gate_type: str = "sentinel"
+    pointer_loss_weight: float = 0.0
+    embedding_dropout: float = 0.0
+    input_dropout: float = 0.0
+    hidden_dropout: float = 0.0
+    output_dropout: float = 0.0
+    weight_drop: float = 0.0
+    zoneout: float = 0.0
+    init_range: float = 0.1
+    pad_token_id: int | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        self.validate_architecture()
+
+    @property
+    def output_size(self) -> int:
+        """Width of h_t, the last LSTM layer's output that feeds the softmax and the pointer."""
+        return self.embedding_size if self.tie_word_embeddings else self.hidden_size
+
+    def validate_architecture(self):
+        """Raise a clear ValueError for any setting the model cannot run with."""
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "pointer_window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}.")
+        if self.gate_type not in GATE_TYPES:
+            raise ValueError(f"gate_type must be one of {GATE_TYPES}, got {self.gate_type!r}.")
+        for name in ("embedding_dropout", "input_dropout", "hidden_dropout", "output_dropout", "weight_drop"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must lie in [0, 1), got {getattr(self, name)}.")
+        if not 0.0 <= self.zoneout < 1.0:
+            raise ValueError(f"zoneout must lie in [0, 1), got {self.zoneout}.")
+        if self.pointer_loss_weight < 0:
+            raise ValueError(f"pointer_loss_weight must be >= 0, got {self.pointer_loss_weight}.")
+        if self.init_range <= 0:
+            raise ValueError(f"init_range must be > 0, got {self.init_range}.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < self.vocab_size:
+                raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size}).")
+
+
+__all__ = ["PointerSentinelConfig"]

@@ -1,0 +1,627 @@
+"""Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016, "Pointer Sentinel Mixture Models").
+
+An LSTM language model whose next-word distribution mixes the vocabulary softmax with a pointer over the
+last L hidden states (current position included):
+
+    q = tanh(W h_t + b),  z_i = q^T h_i,  a = softmax([z; q^T s]),  g = a[sentinel]
+    p(w) = g p_vocab(w) + sum_{i in window, x_i = w} a_i
+
+Pointer mass on h_i goes to that position's input token x_i (paper section 2.2). The recurrent state and the
+window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked == whole-sequence.
+`pointer_mixture` is the only implementation of the mixture; forward, the logits processor and evaluation use it.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import GenerationMixin, LogitsProcessor, PreTrainedModel
+from transformers import initialization as init
+from transformers.utils import ModelOutput
+
+from .configuration_pointer_sentinel import PointerSentinelConfig
+
+# ---------------------------------------------------------------------------------------------------------------
+# The mixture
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision scores are mixed in float32: log-probabilities of rare words underflow in bf16."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _safe_log(x: torch.Tensor) -> torch.Tensor:
+    """log(x) with -inf where x == 0 and a zero (not NaN) gradient there."""
+    positive = x > 0
+    return torch.where(positive, torch.log(torch.where(positive, x, torch.ones_like(x))), -torch.inf)
+
+
+def pointer_mixture(
+    vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor, window_ids: torch.Tensor
+) -> torch.Tensor:
+    """log p(w) = log(g * p_vocab(w) + sum_{i: x_i = w} a_i), touching only the window's <= L entries (section 2.6).
+
+    vocab_log_probs (..., V), log_gate (...), pointer_probs (..., L) with 0 on empty slots, window_ids (..., L).
+    """
+    log_p = vocab_log_probs + log_gate.unsqueeze(-1)
+    # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
+    same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
+    word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
+    mixed = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
+    return log_p.scatter(-1, window_ids, mixed)
+
+
+def pointer_target_log_prob(
+    vocab_target_log_prob: torch.Tensor,
+    log_gate: torch.Tensor,
+    log_attention: torch.Tensor,
+    window_ids: torch.Tensor,
+    targets: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p(y) of the mixture and log(g + sum_{x_i = y} a_i), for the targets alone (no vocabulary-sized tensor).
+
+    Everything is in log space; the gradient stays finite when g -> 0 or y is absent from the window.
+    """
+    hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
+    any_hit = hit.any(-1)
+    # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
+    pointer = torch.logsumexp(log_attention.masked_fill(~hit, -torch.inf).masked_fill(~any_hit.unsqueeze(-1), 0), -1)
+    pointer = pointer.masked_fill(~any_hit, -torch.inf)
+    return torch.logaddexp(log_gate + vocab_target_log_prob, pointer), torch.logaddexp(log_gate, pointer)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Recurrent cache
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class PointerSentinelCache:
+    """Everything the model carries between calls: per-layer LSTM (h, c) and the pointer window.
+
+    window_states (B, L, D), window_ids (B, L) and window_mask (B, L) hold the last L positions, oldest first;
+    the mask is False where no token exists yet or the position was padding. Duck-typed on purpose: a
+    `transformers.Cache` would make `generate` build 4-D attention masks and try to compile the forward.
+    """
+
+    is_compileable = False
+    is_croppable = False  # a recurrent state cannot be rolled back
+
+    def __init__(self):
+        self.hidden: list[torch.Tensor] | None = None  # per layer (B, H_l)
+        self.cell: list[torch.Tensor] | None = None
+        self.window_states: torch.Tensor | None = None
+        self.window_ids: torch.Tensor | None = None
+        self.window_mask: torch.Tensor | None = None
+        self.seen_tokens = 0
+
+    @property
+    def batch_size(self) -> int | None:
+        return None if self.hidden is None else self.hidden[0].shape[0]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    def _map(self, fn):
+        if self.hidden is not None:
+            self.hidden = [fn(h) for h in self.hidden]
+            self.cell = [fn(c) for c in self.cell]
+        if self.window_states is not None:
+            self.window_states, self.window_ids, self.window_mask = (
+                fn(t) for t in (self.window_states, self.window_ids, self.window_mask)
+            )
+        return self
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        return self._map(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        return self._map(lambda t: t[indices])
+
+    def batch_repeat_interleave(self, repeats: int):
+        return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def detach_(self):
+        """Cut the graph (truncated BPTT): the state and window carry values, not gradients, into the next segment."""
+        return self._map(torch.Tensor.detach)
+
+    def reset(self):
+        self.__init__()
+
+    def crop(self, max_length: int):
+        raise NotImplementedError("A recurrent state cannot be cropped.")
+
+    def state_dict(self) -> dict:
+        return {k: v for k, v in vars(self).items()}
+
+    def load_state_dict(self, state: dict):
+        vars(self).update(state)
+
+
+class PointerStash:
+    """Per-`generate` hand-off from forward to `PointerSentinelLogitsProcessor`: the last position's gate,
+    attention and window ids. The forward then returns vocabulary log-probabilities and the processor mixes."""
+
+    log_gate: torch.Tensor | None = None
+    pointer_probs: torch.Tensor | None = None
+    window_ids: torch.Tensor | None = None
+
+
+class PointerSentinelLogitsProcessor(LogitsProcessor):
+    """Mixes the pointer's mass over the current window into the vocabulary scores (paper section 2.6: at prediction
+    time at most L word probabilities are mixed). Returns log p_mix, so warpers that follow act on the mixture.
+    The model puts it first in generate's processor list; pass `pointer_mix=False` to `generate` to skip it."""
+
+    def __init__(self, stash: PointerStash):
+        self.stash = stash
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        s = self.stash
+        if s.log_gate is None:
+            raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
+        log_probs = torch.log_softmax(_upcast(scores), -1)
+        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PointerSentinelModelOutput(ModelOutput):
+    """
+    last_hidden_state (B, T, D): h_t, the last LSTM layer's outputs after output dropout (what the heads read).
+    past_key_values (`PointerSentinelCache`): recurrent state and pointer window after this call.
+    hidden_states: the embeddings and every LSTM layer's outputs, each (B, T, *), when requested.
+    pointer_memory: (states (B, L+T, D), ids (B, L+T), mask (B, L+T)): the L positions before this call, then
+        this call's; the keys the pointer attends over (mask False where no token or padding).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    past_key_values: PointerSentinelCache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    pointer_memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+
+
+@dataclass
+class PointerSentinelCausalLMOutput(ModelOutput):
+    """
+    loss: mean -log p(y) of the mixture over counted targets (+ pointer_loss_weight * pointer_loss).
+    logits (B, T', V): log p_mix, normalised (so softmax(logits) is the model's distribution); plain vocabulary
+        logits when `use_pointer=False`. T' follows `logits_to_keep`.
+    past_key_values (`PointerSentinelCache`): recurrent state and pointer window after this call.
+    hidden_states: the embeddings and every LSTM layer's outputs, when requested.
+    vocab_logits (B, T', V): U h_t + b, the RNN softmax component.
+    gate (B, T): g, the sentinel's share (1 where `use_pointer=False`).
+    pointer_attention (B, T, L): a on positions t-L+1 ... t (oldest first, current last), 0 where no token.
+    pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.6).
+    last_hidden_state (B, T, D): h_t as the heads see it (after output dropout).
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    past_key_values: PointerSentinelCache | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vocab_logits: torch.FloatTensor | None = None
+    gate: torch.FloatTensor | None = None
+    pointer_attention: torch.FloatTensor | None = None
+    pointer_loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Layers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout: one mask per sequence (B, 1, D), shared over time (Gal & Ghahramani; AWD-LSTM)."""
+    if not training or p == 0:
+        return x
+    mask = x.new_empty(x.shape[0], 1, x.shape[2]).bernoulli_(1 - p) / (1 - p)
+    return x * mask
+
+
+class PointerSentinelLSTMLayer(nn.Module):
+    """One LSTM layer with weight drop (DropConnect on W_hh) and zoneout.
+
+    The weights are plain parameters fed to the fused `torch.lstm` kernel (cuDNN on GPU), so weight drop keeps the
+    fast kernel and the dropped matrix stays in the graph: W_hh itself trains (the widely copied fix that wraps the
+    dropped weight in a new Parameter cuts the graph). Zoneout and masked (padded) inputs need a step-by-step loop.
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, weight_drop: float, zoneout: float):
+        super().__init__()
+        self.input_size, self.hidden_size, self.weight_drop, self.zoneout = (
+            input_size,
+            hidden_size,
+            weight_drop,
+            zoneout,
+        )
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
+        self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
+        self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
+
+    def forward(self, x, h0, c0, mask=None):
+        """x (B, T, I), h0/c0 (B, H), mask (B, T) bool or None -> outputs (B, T, H), h (B, H), c (B, H)."""
+        w_hh = F.dropout(self.weight_hh, self.weight_drop, self.training) if self.weight_drop else self.weight_hh
+        weights = [self.weight_ih, w_hh, self.bias_ih, self.bias_hh]
+        if mask is None and self.zoneout == 0:
+            out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, self.training, False, True)
+            return out, h[0], c[0]
+        return self._step_loop(x, h0, c0, mask, weights)
+
+    def _step_loop(self, x, h, c, mask, weights):
+        outputs, p = [], self.zoneout
+        x_proj = F.linear(x, weights[0], weights[2])  # input projection for all steps at once
+        for t in range(x.shape[1]):
+            gates = x_proj[:, t] + F.linear(h, weights[1], weights[3])
+            i, f, g, o = gates.chunk(4, -1)
+            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h_new = torch.sigmoid(o) * torch.tanh(c_new)
+            if p > 0:  # zoneout: keep each unit's previous value with probability p (its expectation at eval)
+                if self.training:
+                    keep_h = torch.empty_like(h).bernoulli_(p)
+                    keep_c = torch.empty_like(c).bernoulli_(p)
+                    h_new, c_new = torch.lerp(h_new, h, keep_h), torch.lerp(c_new, c, keep_c)
+                else:
+                    h_new, c_new = torch.lerp(h_new, h, p), torch.lerp(c_new, c, p)
+            if mask is not None:  # padding neither moves the state nor produces a new output
+                m = mask[:, t, None]
+                h_new, c_new = torch.where(m, h_new, h), torch.where(m, c_new, c)
+            h, c = h_new, c_new
+            outputs.append(h)
+        return torch.stack(outputs, 1), h, c
+
+
+class PointerSentinelHead(nn.Module):
+    """Pointer attention over the window and the gate between pointer and vocabulary softmax."""
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__()
+        d = config.output_size
+        self.gate_type, self.window = config.gate_type, config.pointer_window
+        self.query = nn.Linear(d, d)  # q = tanh(W h_t + b)
+        if config.gate_type == "sentinel":
+            self.sentinel = nn.Parameter(torch.empty(d))  # s
+        else:  # Gulcehre et al.'s switch: g = sigmoid(MLP(h_t)), pointer softmax over the window alone
+            self.switch = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+
+    def forward(self, h, keys, key_mask):
+        """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk], key_mask (B, L+T).
+
+        Query t attends to keys t+1 ... t+L (positions t-L+1 ... t). Returns log g (B, T), log a (B, T, L).
+        """
+        q = torch.tanh(self.query(h))
+        L, T = self.window, h.shape[1]
+        # Banded scores, computed in query blocks of L so work stays O(T L D) for long chunks.
+        blocks = []
+        for s in range(0, T, L):
+            qb = q[:, s : s + L]
+            kb = keys[:, s + 1 : s + qb.shape[1] + L]  # (B, b+L-1, D)
+            scores = torch.einsum("btd,bkd->btk", qb, kb)
+            band = torch.arange(qb.shape[1], device=h.device)[:, None] + torch.arange(L, device=h.device)
+            blocks.append(scores.gather(-1, band.expand(scores.shape[0], -1, -1)))
+        z = torch.cat(blocks, 1)  # (B, T, L)
+        valid = key_mask.unfold(1, L, 1)[:, 1:]  # (B, T, L)
+        z = z.masked_fill(~valid, -torch.inf)
+        if self.gate_type == "sentinel":
+            logits = torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1)
+            log_a = torch.log_softmax(logits, -1)
+            return log_a[..., -1], log_a[..., :-1]
+        # Switch: a padded position with an empty window gets g = 1 rather than a softmax over nothing.
+        any_valid = valid.any(-1, keepdim=True)
+        log_ptr = torch.log_softmax(z.masked_fill(~any_valid, 0), -1).masked_fill(~valid, -torch.inf)
+        switch = self.switch(h).squeeze(-1).masked_fill(~any_valid.squeeze(-1), torch.inf)
+        return F.logsigmoid(switch), log_ptr + F.logsigmoid(-switch).unsqueeze(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Models
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class PointerSentinelPreTrainedModel(PreTrainedModel):
+    config_class = PointerSentinelConfig
+    config: PointerSentinelConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _is_stateful = True  # generate refuses assisted decoding, which would need to roll the state back
+    _no_split_modules = ["PointerSentinelLSTMLayer"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers writes auto_map only for the saved class; list all three so AutoModel works remotely too.
+        self.config.auto_map = {
+            "AutoConfig": "configuration_pointer_sentinel.PointerSentinelConfig",
+            "AutoModel": "modeling_pointer_sentinel.PointerSentinelModel",
+            "AutoModelForCausalLM": "modeling_pointer_sentinel.PointerSentinelForCausalLM",
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """AWD-LSTM / PyTorch-word-LM init: embeddings and softmax U(+-init_range), the rest U(+-1/sqrt(fan))."""
+        r = self.config.init_range
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -r, r)
+        elif isinstance(module, PointerSentinelLSTMLayer):
+            bound = 1 / math.sqrt(module.hidden_size)
+            for p in (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh):
+                init.uniform_(p, -bound, bound)
+        elif isinstance(module, PointerSentinelHead):
+            if module.gate_type == "sentinel":
+                init.uniform_(
+                    module.sentinel, -1 / math.sqrt(module.sentinel.numel()), 1 / math.sqrt(module.sentinel.numel())
+                )
+        elif isinstance(module, nn.Linear):
+            if module is getattr(self, "lm_head", None):
+                init.uniform_(module.weight, -r, r)
+                init.zeros_(module.bias)
+            else:
+                bound = 1 / math.sqrt(module.in_features)
+                init.uniform_(module.weight, -bound, bound)
+                init.uniform_(module.bias, -bound, bound)
+
+
+class PointerSentinelModel(PointerSentinelPreTrainedModel):
+    """Embeddings and the LSTM stack: tokens -> h_t, plus the recurrent state. Owns the pointer window's bookkeeping
+    (the window holds the last layer's outputs), so the causal-LM head only scores it."""
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)
+        n = config.num_hidden_layers
+        sizes = [config.embedding_size] + [config.hidden_size] * (n - 1) + [config.output_size]
+        self.layers = nn.ModuleList(
+            PointerSentinelLSTMLayer(sizes[i], sizes[i + 1], config.weight_drop, config.zoneout) for i in range(n)
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def _embed(self, input_ids):
+        p, w = self.config.embedding_dropout, self.embed_tokens.weight
+        if self.training and p > 0:  # drop whole words: rows of the embedding matrix
+            w = w * w.new_empty(w.shape[0], 1).bernoulli_(1 - p) / (1 - p)
+        return F.embedding(input_ids, w)
+
+    def _validate(self, input_ids, mask, cache):
+        if input_ids is None or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a (batch, sequence) tensor of token ids.")
+        if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
+            raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size}), got values in [{lo}, {hi}].")
+        if mask is not None and (
+            mask.dim() != 2 or mask.shape[0] != input_ids.shape[0] or mask.shape[1] < input_ids.shape[1]
+        ):
+            raise ValueError(
+                f"attention_mask of shape {tuple(mask.shape)} does not fit input_ids of shape {tuple(input_ids.shape)}."
+            )
+        if cache is not None and cache.batch_size is not None and cache.batch_size != input_ids.shape[0]:
+            raise ValueError(
+                f"The cache holds a batch of {cache.batch_size}, input_ids a batch of {input_ids.shape[0]}."
+            )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: PointerSentinelCache | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
+        self._validate(input_ids, attention_mask, past_key_values)
+        cfg = self.config
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else cfg.output_hidden_states
+        return_dict = return_dict if return_dict is not None else cfg.return_dict
+        B, T = input_ids.shape
+        # generate passes the mask of the whole sequence so far; this call covers its last T columns.
+        mask = None if attention_mask is None else attention_mask[:, -T:].bool()
+        dense_mask = mask if mask is None or not bool(mask.all()) else None
+        cache = past_key_values if past_key_values is not None else PointerSentinelCache()
+        if cache.hidden is None:
+            cache.hidden = [input_ids.new_zeros(B, layer.hidden_size, dtype=self.dtype) for layer in self.layers]
+            cache.cell = [h.clone() for h in cache.hidden]
+
+        x = self._embed(input_ids)
+        all_hidden = [x] if output_hidden_states else None
+        x = locked_dropout(x, cfg.input_dropout, self.training)
+        new_h, new_c = [], []
+        for i, layer in enumerate(self.layers):
+            x, h, c = layer(x, cache.hidden[i], cache.cell[i], dense_mask)
+            new_h.append(h)
+            new_c.append(c)
+            if output_hidden_states:
+                all_hidden.append(x)
+            last = i == len(self.layers) - 1
+            x = locked_dropout(x, cfg.output_dropout if last else cfg.hidden_dropout, self.training)
+        cache.hidden, cache.cell = new_h, new_c
+        cache.seen_tokens += T
+        # The pointer's keys: the cached window then this chunk, with validity (padding never enters the window).
+        L = cfg.pointer_window
+        if cache.window_states is None:
+            cache.window_states = x.new_zeros(B, L, x.shape[-1])
+            cache.window_ids = input_ids.new_zeros(B, L)
+            cache.window_mask = torch.zeros(B, L, dtype=torch.bool, device=x.device)
+        keys = torch.cat([cache.window_states, x], 1)
+        key_ids = torch.cat([cache.window_ids, input_ids], 1)
+        key_mask = torch.cat(
+            [cache.window_mask, mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)], 1
+        )
+        cache.window_states, cache.window_ids, cache.window_mask = keys[:, -L:], key_ids[:, -L:], key_mask[:, -L:]
+
+        use_cache = use_cache if use_cache is not None else (cfg.use_cache and not self.training)
+        out = PointerSentinelModelOutput(
+            last_hidden_state=x,
+            past_key_values=cache if (use_cache or past_key_values is not None) else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            pointer_memory=(keys, key_ids, key_mask),
+        )
+        return out if return_dict else out.to_tuple()
+
+
+class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__(config)
+        self.model = PointerSentinelModel(config)
+        self.lm_head = nn.Linear(config.output_size, config.vocab_size)
+        self.pointer = PointerSentinelHead(config) if config.use_pointer else None
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    # --- generate hooks ------------------------------------------------------------------------------------------
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own PointerSentinelCache
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        cache = model_kwargs.get("past_key_values")
+        if cache is not None:
+            if not isinstance(cache, PointerSentinelCache) and type(cache).__name__ != "PointerSentinelCache":
+                raise ValueError(f"past_key_values must be a PointerSentinelCache, got {type(cache).__name__}.")
+            cache._is_user_defined = True
+        elif generation_config.use_cache is not False:
+            model_kwargs["past_key_values"] = PointerSentinelCache()
+
+    def _get_logits_processor(self, generation_config, *args, model_kwargs=None, **kwargs):
+        processors = super()._get_logits_processor(generation_config, *args, model_kwargs=model_kwargs, **kwargs)
+        if self.pointer is not None and model_kwargs is not None:
+            # Forward hands the pointer to this stash and returns vocabulary log-probs; the processor mixes first,
+            # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
+            stash = model_kwargs.setdefault("pointer_stash", PointerStash())
+            if getattr(generation_config, "pointer_mix", True):
+                processors.insert(0, PointerSentinelLogitsProcessor(stash))
+        return processors
+
+    # --- forward -------------------------------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        past_key_values: PointerSentinelCache | None = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        shift_labels: torch.LongTensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        pointer_stash: PointerStash | None = None,
+        **kwargs,
+    ):
+        r"""
+        labels (B, T): as input_ids, shifted inside; -100 is ignored. shift_labels (B, T): targets already aligned
+            with the inputs (y_t for position t), so truncated BPTT loses no target at chunk ends.
+        logits_to_keep: int k keeps the last k positions (0 = all), a tensor keeps those positions; the loss never
+            needs the mixture over the vocabulary.
+        pointer_stash: set by generate; the forward then returns vocabulary log-probs and leaves the mixing of the
+            last position to `PointerSentinelLogitsProcessor`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        if labels is not None and shift_labels is not None:
+            raise ValueError("Pass either labels or shift_labels, not both.")
+        for name, lab in (("labels", labels), ("shift_labels", shift_labels)):
+            if lab is not None and input_ids is not None and lab.shape != input_ids.shape:
+                raise ValueError(
+                    f"{name} shape {tuple(lab.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
+                )
+        if labels is not None:
+            shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
+        base = self.model(input_ids, attention_mask, past_key_values, use_cache, output_hidden_states, return_dict=True)
+        h = base.last_hidden_state  # (B, T, D)
+        B, T, _ = h.shape
+        keys, key_ids, key_mask = base.pointer_memory
+        L = self.config.pointer_window
+        if self.pointer is not None:
+            log_gate, log_attn = self.pointer(h, keys, key_mask)  # (B, T), (B, T, L)
+            window_ids = key_ids.unfold(1, L, 1)[:, 1:]  # (B, T, L): ids of positions t-L+1 ... t
+            attention = log_attn.exp()
+            gate = log_gate.exp()
+        else:
+            gate = h.new_ones(B, T)
+            attention = None
+
+        loss = pointer_loss = None
+        if shift_labels is not None:
+            counted = shift_labels != -100
+            if attention_mask is not None:
+                counted &= attention_mask[:, -T:].bool()
+            y = shift_labels[counted]
+            vocab_nll = F.cross_entropy(_upcast(self.lm_head(h[counted])), y, reduction="none")
+            n = num_items_in_batch if num_items_in_batch is not None else y.numel()
+            if self.pointer is None:
+                loss = vocab_nll.sum() / n
+            else:
+                log_p, log_ptr_or_gate = pointer_target_log_prob(
+                    -vocab_nll, _upcast(log_gate[counted]), _upcast(log_attn[counted]), window_ids[counted], y
+                )
+                loss = -log_p.sum() / n
+                pointer_loss = -log_ptr_or_gate.sum() / n
+                if self.config.pointer_loss_weight:
+                    loss = loss + self.config.pointer_loss_weight * pointer_loss
+
+        # Logits only for the kept positions: full mixtures are for scoring and generation, never for the loss.
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        vocab_logits = self.lm_head(h[:, keep])
+        if self.pointer is None:
+            logits = vocab_logits
+        elif pointer_stash is not None:
+            pointer_stash.log_gate = log_gate[:, -1]
+            pointer_stash.pointer_probs = attention[:, -1]
+            pointer_stash.window_ids = window_ids[:, -1]
+            logits = torch.log_softmax(_upcast(vocab_logits), -1)
+        else:
+            logits = pointer_mixture(
+                torch.log_softmax(_upcast(vocab_logits), -1),
+                _upcast(log_gate[:, keep]),
+                _upcast(attention[:, keep]),
+                window_ids[:, keep],
+            )
+
+        if attention is None:
+            attention = h.new_zeros(B, T, L)
+        out = PointerSentinelCausalLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=base.past_key_values,
+            hidden_states=base.hidden_states,
+            vocab_logits=vocab_logits,
+            gate=gate,
+            pointer_attention=attention,
+            pointer_loss=pointer_loss,
+            last_hidden_state=h,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = [
+    "PointerSentinelCache",
+    "PointerSentinelCausalLMOutput",
+    "PointerSentinelForCausalLM",
+    "PointerSentinelLogitsProcessor",
+    "PointerSentinelModel",
+    "PointerSentinelModelOutput",
+    "PointerSentinelPreTrainedModel",
+    "PointerStash",
+    "pointer_mixture",
+    "pointer_target_log_prob",
+]

@@ -1,0 +1,330 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import tiny_config, tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import reference
+
+from modeling_pointer_sentinel import (
+    PointerSentinelCache,
+    PointerSentinelConfig,
+    PointerSentinelForCausalLM,
+    PointerSentinelModel,
+    pointer_mixture,
+)
+
+
+def repeated_ids(T=13, V=23, seed=1):
+    """Random ids from a small sub-vocabulary, so targets often repeat inside the pointer window."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, min(V, 6), (2, T), generator=g)
+
+
+@pytest.mark.parametrize("gate_type", ["sentinel", "switch"])
+@pytest.mark.parametrize("tie", [False, True])
+def test_matches_loop_reference(gate_type, tie):
+    model = tiny_model(gate_type=gate_type, tie_word_embeddings=tie).double().eval()
+    ids = repeated_ids()
+    out = model(ids, labels=ids)
+    nll = []
+    for b in range(ids.shape[0]):
+        ref = reference(model, ids[b].tolist())
+        for t, (p, g, attn) in enumerate(ref):
+            torch.testing.assert_close(out.logits[b, t].exp(), p, atol=1e-10, rtol=1e-8)
+            assert out.gate[b, t].item() == pytest.approx(g, abs=1e-10)
+            want = torch.tensor([0.0 if a is None else a for a in attn], dtype=torch.float64)
+            torch.testing.assert_close(out.pointer_attention[b, t], want, atol=1e-10, rtol=1e-8)
+            if t + 1 < ids.shape[1]:
+                nll.append(-math.log(p[ids[b, t + 1]]))
+    assert out.loss.item() == pytest.approx(sum(nll) / len(nll), rel=1e-9)
+    # the invariant g + sum(attention) = 1
+    torch.testing.assert_close(out.gate + out.pointer_attention.sum(-1), torch.ones_like(out.gate))
+
+
+def test_pointer_loss_matches_reference():
+    model = tiny_model(pointer_loss_weight=0.5).double().eval()
+    ids = repeated_ids()
+    out = model(ids, labels=ids)
+    aux = []
+    for b in range(2):
+        for t, (_p, g, attn) in enumerate(reference(model, ids[b].tolist())[:-1]):
+            window = list(range(t - model.config.pointer_window + 1, t + 1))
+            hit = sum(a for a, i in zip(attn, window, strict=True) if a is not None and ids[b, i] == ids[b, t + 1])
+            aux.append(-math.log(g + hit))
+    assert out.pointer_loss.item() == pytest.approx(sum(aux) / len(aux), rel=1e-9)
+    plain = model(ids, labels=ids).loss - 0.5 * out.pointer_loss
+    model.config.pointer_loss_weight = 0.0
+    assert model(ids, labels=ids).loss.item() == pytest.approx(plain.item(), rel=1e-9)
+
+
+def test_plain_lstm_baseline_equals_torch_lstm():
+    model = tiny_model(use_pointer=False, num_layers=2, embedding_size=12).eval()
+    assert model.pointer is None
+    ids = repeated_ids()
+    lstm = torch.nn.LSTM(12, 12, num_layers=2, batch_first=True)
+    with torch.no_grad():
+        for k, layer in enumerate(model.model.layers):
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(lstm, f"{name}_l{k}").copy_(getattr(layer, name))
+    h, _ = lstm(model.model.embed_tokens(ids))
+    want = F.cross_entropy(model.lm_head(h)[:, :-1].reshape(-1, 23), ids[:, 1:].reshape(-1))
+    out = model(ids, labels=ids)
+    torch.testing.assert_close(out.loss, want)
+    assert torch.all(out.gate == 1) and torch.all(out.pointer_attention == 0)
+
+
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("split", [1, 4, 9, 12])
+def test_chunked_equals_whole(train, split):
+    model = tiny_model()
+    model.train(train)
+    ids = repeated_ids(T=13)
+    whole = model(ids, use_cache=True)
+    first = model(ids[:, :split], use_cache=True)
+    second = model(ids[:, split:], past_key_values=first.past_key_values, use_cache=True)
+    for name in ("logits", "gate", "pointer_attention"):
+        joined = torch.cat([getattr(first, name), getattr(second, name)], 1)
+        torch.testing.assert_close(joined, getattr(whole, name), atol=1e-5, rtol=1e-5)
+    assert second.past_key_values.get_seq_length() == 13
+    # loss with pre-shifted targets: chunks sum to the whole
+    y = torch.cat([ids[:, 1:], torch.full((2, 1), -100)], 1)
+    whole_sum = model(ids, shift_labels=y, num_items_in_batch=1).loss
+    c = model(ids[:, :split], shift_labels=y[:, :split], num_items_in_batch=1, use_cache=True)
+    c2 = model(ids[:, split:], shift_labels=y[:, split:], num_items_in_batch=1, past_key_values=c.past_key_values)
+    torch.testing.assert_close(c.loss + c2.loss, whole_sum, atol=1e-4, rtol=1e-5)
+
+
+def test_long_chunk_blocks_equal_short_chunks():
+    """Queries are processed in blocks of L; a chunk many windows long equals token-by-token decoding."""
+    model = tiny_model(pointer_window=3).eval()
+    ids = repeated_ids(T=17)
+    whole = model(ids)
+    cache, steps = PointerSentinelCache(), []
+    for t in range(17):
+        steps.append(model(ids[:, t : t + 1], past_key_values=cache, use_cache=True).logits)
+    torch.testing.assert_close(torch.cat(steps, 1), whole.logits, atol=1e-5, rtol=1e-5)
+
+
+def test_left_padding_matches_unpadded_rows():
+    model = tiny_model().eval()
+    a, b = torch.tensor([[3, 1, 4, 1, 5, 2, 6, 5]]), torch.tensor([[2, 7, 1, 2]])
+    pad = 0
+    batch = torch.cat([a, torch.cat([torch.full((1, 4), pad), b], 1)])
+    mask = torch.tensor([[1] * 8, [0] * 4 + [1] * 4])
+    out = model(batch, attention_mask=mask, use_cache=True)
+    oa, ob = model(a, use_cache=True), model(b, use_cache=True)
+    torch.testing.assert_close(out.logits[0], oa.logits[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.logits[1, 4:], ob.logits[0], atol=1e-5, rtol=1e-5)
+    # the states after the call match too: continue both by one token
+    nxt = torch.tensor([[3], [3]])
+    full_mask = torch.cat([mask, torch.ones(2, 1, dtype=mask.dtype)], 1)
+    step = model(nxt, attention_mask=full_mask, past_key_values=out.past_key_values)
+    torch.testing.assert_close(step.logits[0], model(nxt[:1], past_key_values=oa.past_key_values).logits[0])
+    torch.testing.assert_close(step.logits[1], model(nxt[1:], past_key_values=ob.past_key_values).logits[0])
+
+
+def test_masked_step_loop_equals_fused_kernel():
+    model = tiny_model().eval()
+    ids = repeated_ids()
+    fused = model(ids).logits
+    looped = model(ids, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([0]), 1)).logits
+    torch.testing.assert_close(fused, looped)
+    layer = model.model.layers[0]
+    x, h0 = torch.randn(2, 5, 8), torch.randn(2, 12)
+    out_f, hf, cf = layer(x, h0, h0)
+    out_l, hl, cl = layer._step_loop(x, h0, h0, None, [layer.weight_ih, layer.weight_hh, layer.bias_ih, layer.bias_hh])
+    torch.testing.assert_close(out_f, out_l, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(cf, cl, atol=1e-6, rtol=1e-5)
+
+
+def test_logits_to_keep():
+    model = tiny_model().eval()
+    ids = repeated_ids()
+    full = model(ids)
+    last = model(ids, logits_to_keep=1)
+    assert last.logits.shape == (2, 1, 23)
+    torch.testing.assert_close(last.logits[:, 0], full.logits[:, -1])
+    assert last.gate.shape == full.gate.shape  # gate and attention stay per position
+
+
+def test_every_parameter_gets_gradient_under_all_regularisers():
+    model = tiny_model(
+        embedding_dropout=0.1,
+        input_dropout=0.2,
+        hidden_dropout=0.2,
+        output_dropout=0.2,
+        weight_drop=0.5,
+        pointer_loss_weight=0.1,
+    ).train()
+    ids = repeated_ids(T=20)
+    model(ids, labels=ids).loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, f"{name} gets no gradient"
+
+
+def test_zoneout_trains_and_is_deterministic_at_eval():
+    model = tiny_model(zoneout=0.5)
+    ids = repeated_ids()
+    model.train()
+    model(ids, labels=ids).loss.backward()
+    assert model.model.layers[0].weight_hh.grad.abs().sum() > 0
+    model.eval()
+    torch.testing.assert_close(model(ids).logits, model(ids).logits)
+    # eval zoneout is the expectation h = p h_prev + (1-p) h_new, so it differs from the plain LSTM
+    plain = tiny_model(zoneout=0.0).eval()
+    assert not torch.allclose(model(ids).logits, plain(ids).logits)
+
+
+def test_weight_drop_keeps_training_the_recurrent_matrix():
+    model = tiny_model(weight_drop=0.5).train()
+    before = model.model.layers[1].weight_hh.detach().clone()
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    ids = repeated_ids()
+    model(ids, labels=ids).loss.backward()
+    opt.step()
+    assert not torch.equal(before, model.model.layers[1].weight_hh)
+    assert [n for n, _ in model.named_parameters() if "raw" in n] == []
+
+
+def test_gradients_finite_when_gate_vanishes_and_target_absent():
+    model = tiny_model().double()
+    with torch.no_grad():
+        model.pointer.query.bias.fill_(30.0)
+        model.pointer.sentinel.fill_(-50.0)  # q.s << q.h_i: g -> 0
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])  # no target ever appears in the window
+    out = model(ids, labels=ids)
+    assert out.gate.max() < 1e-10
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_outputs_follow_transformers_conventions():
+    model = tiny_model(num_layers=3).eval()
+    ids = repeated_ids()
+    out = model(ids, output_hidden_states=True)
+    assert len(out.hidden_states) == 4  # embeddings + every layer
+    assert out.hidden_states[0].shape == (2, 13, 8)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+    tup = model(ids, labels=ids, return_dict=False)
+    assert isinstance(tup, tuple)
+    torch.testing.assert_close(tup[0], model(ids, labels=ids).loss)
+    torch.testing.assert_close(tup[1], out.logits)
+    base = PointerSentinelModel(model.config)
+    assert base(ids, return_dict=False)[0].shape == (2, 13, 12)
+    assert model.base_model is model.model
+    assert model.get_input_embeddings() is model.model.embed_tokens
+
+
+def test_resize_token_embeddings():
+    model = tiny_model(tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    model.resize_token_embeddings(30)
+    assert model.config.vocab_size == 30 and model.lm_head.weight.shape == (30, 8)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    ids = torch.tensor([[29, 1, 29]])
+    assert model(ids).logits.shape == (1, 3, 30)
+    untied = tiny_model().eval()
+    untied.resize_token_embeddings(25)
+    assert untied.lm_head.bias.shape == (25,)
+
+
+def test_init_weights_cover_every_parameter():
+    model = tiny_model(gate_type="switch", vocab_size=50)
+    for name, p in model.named_parameters():
+        assert torch.isfinite(p).all(), name
+        assert p.abs().max() <= 1 / math.sqrt(8) + 1e-6, name  # AWD init: U(+-0.1) or U(+-1/sqrt(fan)), fan >= 8
+        assert p.numel() == 1 or p.std() > 0 or "lm_head.bias" in name, name
+    emb = model.model.embed_tokens.weight
+    assert emb.abs().max() <= 0.1 and emb.abs().max() > 0.09
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda m: m(torch.tensor([[1, 23]])), "must lie in"),
+        (lambda m: m(torch.tensor([[-1, 2]])), "must lie in"),
+        (lambda m: m(torch.zeros(1, 0, dtype=torch.long)), "empty"),
+        (lambda m: m(torch.tensor([1, 2])), "batch, sequence"),
+        (lambda m: m(torch.tensor([[1, 2]]), attention_mask=torch.ones(2, 2)), "attention_mask"),
+        (lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 2, 3]])), "labels shape"),
+        (
+            lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 2]]), shift_labels=torch.tensor([[1, 2]])),
+            "either",
+        ),
+        (
+            lambda m: m(
+                torch.tensor([[1]]), past_key_values=m(torch.tensor([[1], [2]]), use_cache=True).past_key_values
+            ),
+            "batch",
+        ),
+    ],
+)
+def test_bad_input_raises_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(tiny_model())
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(gate_type="mlp"),
+        dict(pointer_window=0),
+        dict(hidden_dropout=1.0),
+        dict(eos_token_id=99),
+        dict(zoneout=-0.1),
+    ],
+)
+def test_bad_config_raises_value_error(kw):
+    with pytest.raises(ValueError):
+        tiny_config(**kw)
+
+
+def test_config_round_trip_keeps_every_field(tmp_path):
+    cfg = tiny_config(gate_type="switch", weight_drop=0.3, zoneout=0.1, tie_word_embeddings=True, use_cache=False)
+    cfg.save_pretrained(tmp_path)
+    again = PointerSentinelConfig.from_pretrained(tmp_path)
+    for k in ("gate_type", "weight_drop", "zoneout", "tie_word_embeddings", "use_cache", "num_hidden_layers"):
+        assert getattr(again, k) == getattr(cfg, k), k
+    assert again.num_layers == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 12), st.integers(0, 2**31 - 1))
+def test_pointer_mixture_equals_dense_scatter(batch, L, V, seed):
+    g = torch.Generator().manual_seed(seed)
+    vocab = torch.log_softmax(torch.randn(batch, V, generator=g, dtype=torch.float64), -1)
+    both = torch.softmax(torch.randn(batch, L + 1, generator=g, dtype=torch.float64), -1)
+    empty = torch.rand(batch, L, generator=g) < 0.3
+    a = both[:, :-1].masked_fill(empty, 0)
+    gate = 1 - a.sum(-1)
+    ids = torch.randint(0, V, (batch, L), generator=g)
+    mixed = pointer_mixture(vocab, gate.log(), a, ids)
+    dense = gate[:, None] * vocab.exp() + torch.zeros(batch, V, dtype=torch.float64).scatter_add(-1, ids, a)
+    torch.testing.assert_close(mixed.exp(), dense)
+    torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(batch, dtype=torch.float64))
+
+
+def test_cache_reorder_and_detach():
+    model = tiny_model().train()
+    out = model(repeated_ids(), use_cache=True)
+    cache = out.past_key_values
+    assert cache.window_states.requires_grad
+    cache.detach_()
+    assert not cache.window_states.requires_grad and not cache.hidden[0].requires_grad
+    swapped = cache.reorder_cache(torch.tensor([1, 0]))
+    assert swapped.batch_size == 2
+    cache.batch_repeat_interleave(3)
+    assert cache.window_ids.shape[0] == 6 and cache.cell[1].shape[0] == 6
+
+
+def test_auto_classes_registered():
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model("pointer_sentinel_lstm", vocab_size=11, embedding_size=4, hidden_size=4)
+    assert isinstance(AutoModelForCausalLM.from_config(cfg), PointerSentinelForCausalLM)
+    assert isinstance(AutoModel.from_config(cfg), PointerSentinelModel)
