@@ -481,6 +481,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         self.lm_head = nn.Linear(config.output_size, config.vocab_size)
         self.pointer = PointerSentinelHead(config) if config.use_pointer else None
         self.post_init()
+        if self.generation_config is not None and config.use_pointer:
+            # A generation-config field, so generate(..., pointer_mix=False) is accepted and saved with the model.
+            self.generation_config.pointer_mix = True
 
     def get_output_embeddings(self):
         return self.lm_head
@@ -489,6 +492,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         self.lm_head = new_embeddings
 
     # --- generate hooks ------------------------------------------------------------------------------------------
+    def generate(self, *args, **kwargs):
+        config = kwargs.get("generation_config") or self.generation_config
+        if kwargs.get("penalty_alpha", getattr(config, "penalty_alpha", None)):
+            raise ValueError(
+                "Contrastive search is not supported: it scores candidate tokens and rolls the cache back, and a "
+                "recurrent state cannot be rolled back. Use greedy, sampling or beam search."
+            )
+        return super().generate(*args, **kwargs)
+
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own PointerSentinelCache
