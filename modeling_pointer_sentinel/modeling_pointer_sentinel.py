@@ -50,8 +50,12 @@ def pointer_mixture(
     # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
     same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
     word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
-    mixed = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
-    return log_p.scatter(-1, window_ids, mixed)
+    before = log_p.gather(-1, window_ids)
+    mixed = torch.logaddexp(before, _safe_log(word_mass))
+    # Add each word's correction once, from its first slot: a plain scatter of duplicates would be right in value
+    # but would send the gradient to every copy.
+    first = ~(same_word & torch.ones_like(same_word).tril(-1)).any(-1)
+    return log_p.scatter_add(-1, window_ids, torch.where(first, mixed - before, 0))
 
 
 def pointer_target_log_prob(
@@ -178,12 +182,14 @@ class PointerSentinelModelOutput(ModelOutput):
     hidden_states: the embeddings and every LSTM layer's outputs, each (B, T, *), when requested.
     pointer_memory: (states (B, L+T, D), ids (B, L+T), mask (B, L+T)): the L positions before this call, then
         this call's; the keys the pointer attends over (mask False where no token or padding).
+    split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     past_key_values: PointerSentinelCache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     pointer_memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
 
 @dataclass
@@ -199,6 +205,7 @@ class PointerSentinelCausalLMOutput(ModelOutput):
     pointer_attention (B, T, L): a on positions t-L+1 ... t (oldest first, current last), 0 where no token.
     pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.6).
     last_hidden_state (B, T, D): h_t as the heads see it (after output dropout).
+    split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
     """
 
     loss: torch.FloatTensor | None = None
@@ -210,6 +217,7 @@ class PointerSentinelCausalLMOutput(ModelOutput):
     pointer_attention: torch.FloatTensor | None = None
     pointer_loss: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
+    split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -246,10 +254,21 @@ class PointerSentinelLSTMLayer(nn.Module):
         self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
         self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
 
-    def forward(self, x, h0, c0, mask=None):
-        """x (B, T, I), h0/c0 (B, H), mask (B, T) bool or None -> outputs (B, T, H), h (B, H), c (B, H)."""
+    def forward(self, x, h0, c0, mask=None, split: int | None = None):
+        """x (B, T, I), h0/c0 (B, H), mask (B, T) bool or None -> outputs (B, T, H), h (B, H), c (B, H), and the
+        state after the first `split` steps (None without split). One weight-drop mask serves the whole call."""
         w_hh = F.dropout(self.weight_hh, self.weight_drop, self.training) if self.weight_drop else self.weight_hh
         weights = [self.weight_ih, w_hh, self.bias_ih, self.bias_hh]
+        if not split:
+            return *self._run(x, h0, c0, mask, weights), None
+        m1, m2 = (None, None) if mask is None else (mask[:, :split], mask[:, split:])
+        out1, h1, c1 = self._run(x[:, :split], h0, c0, m1, weights)
+        out2, h, c = self._run(x[:, split:], h1, c1, m2, weights)
+        return torch.cat([out1, out2], 1), h, c, (h1, c1)
+
+    def _run(self, x, h0, c0, mask, weights):
+        if x.shape[1] == 0:
+            return x.new_zeros(x.shape[0], 0, self.hidden_size), h0, c0
         if mask is None and self.zoneout == 0:
             out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, self.training, False, True)
             return out, h[0], c[0]
@@ -420,8 +439,13 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        split_state_at: int | None = None,
         **kwargs,
     ):
+        r"""
+        split_state_at: also return the recurrent state after this many tokens (`split_state`). Sliding-window
+            training carries it to the next window, which starts there, without a second forward pass.
+        """
         self._validate(input_ids, attention_mask, past_key_values)
         cfg = self.config
         output_hidden_states = output_hidden_states if output_hidden_states is not None else cfg.output_hidden_states
@@ -438,11 +462,14 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         x = self._embed(input_ids)
         all_hidden = [x] if output_hidden_states else None
         x = locked_dropout(x, cfg.input_dropout, self.training)
-        new_h, new_c = [], []
+        new_h, new_c, split_h, split_c = [], [], [], []
         for i, layer in enumerate(self.layers):
-            x, h, c = layer(x, cache.hidden[i], cache.cell[i], dense_mask)
+            x, h, c, at_split = layer(x, cache.hidden[i], cache.cell[i], dense_mask, split_state_at)
             new_h.append(h)
             new_c.append(c)
+            if at_split is not None:
+                split_h.append(at_split[0])
+                split_c.append(at_split[1])
             if output_hidden_states:
                 all_hidden.append(x)
             last = i == len(self.layers) - 1
@@ -468,6 +495,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             past_key_values=cache if (use_cache or past_key_values is not None) else None,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             pointer_memory=(keys, key_ids, key_mask),
+            split_state=(split_h, split_c) if split_state_at else None,
         )
         return out if return_dict else out.to_tuple()
 
@@ -538,6 +566,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         shift_labels: torch.LongTensor | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         pointer_stash: PointerStash | None = None,
+        split_state_at: int | None = None,
         **kwargs,
     ):
         r"""
@@ -558,7 +587,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 )
         if labels is not None:
             shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
-        base = self.model(input_ids, attention_mask, past_key_values, use_cache, output_hidden_states, return_dict=True)
+        base = self.model(
+            input_ids,
+            attention_mask,
+            past_key_values,
+            use_cache,
+            output_hidden_states,
+            return_dict=True,
+            split_state_at=split_state_at,
+        )
         h = base.last_hidden_state  # (B, T, D)
         B, T, _ = h.shape
         keys, key_ids, key_mask = base.pointer_memory
@@ -621,6 +658,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             pointer_attention=attention,
             pointer_loss=pointer_loss,
             last_hidden_state=h,
+            split_state=base.split_state,
         )
         return out if return_dict else out.to_tuple()
 

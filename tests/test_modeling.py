@@ -134,7 +134,7 @@ def test_masked_step_loop_equals_fused_kernel():
     torch.testing.assert_close(fused, looped)
     layer = model.model.layers[0]
     x, h0 = torch.randn(2, 5, 8), torch.randn(2, 12)
-    out_f, hf, cf = layer(x, h0, h0)
+    out_f, hf, cf, _ = layer(x, h0, h0)
     out_l, hl, cl = layer._step_loop(x, h0, h0, None, [layer.weight_ih, layer.weight_hh, layer.bias_ih, layer.bias_hh])
     torch.testing.assert_close(out_f, out_l, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(cf, cl, atol=1e-6, rtol=1e-5)
@@ -328,3 +328,41 @@ def test_auto_classes_registered():
     cfg = AutoConfig.for_model("pointer_sentinel_lstm", vocab_size=11, embedding_size=4, hidden_size=4)
     assert isinstance(AutoModelForCausalLM.from_config(cfg), PointerSentinelForCausalLM)
     assert isinstance(AutoModel.from_config(cfg), PointerSentinelModel)
+
+
+def test_split_state_equals_state_of_a_shorter_call():
+    model = tiny_model(weight_drop=0.3, zoneout=0.2).eval()
+    ids = repeated_ids(T=11)
+    out = model(ids, split_state_at=4)
+    short = model(ids[:, :4], use_cache=True).past_key_values
+    for got, want in zip(out.split_state[0] + out.split_state[1], short.hidden + short.cell, strict=True):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(out.logits, model(ids).logits)
+
+
+def test_target_equal_to_empty_slot_id_keeps_gradients_finite():
+    model = tiny_model()
+    ids = torch.tensor([[5, 0, 0, 3, 0]])  # empty window slots hold id 0 too
+    model(ids, labels=ids).loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_pointer_mixture_gradient_equals_dense_reference_with_repeated_words():
+    g = torch.Generator().manual_seed(0)
+    vocab = torch.randn(3, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    scores = torch.randn(3, 8, generator=g, dtype=torch.float64, requires_grad=True)  # 7 slots + sentinel
+    ids = torch.tensor([[1, 1, 1, 2, 3, 1, 0], [4, 4, 5, 5, 6, 6, 6], [0, 1, 2, 3, 4, 5, 6]])
+    weights = torch.randn(3, 9, generator=g, dtype=torch.float64)
+
+    def both(mix):
+        both = torch.softmax(scores, -1)
+        a, gate = both[:, :-1], both[:, -1]
+        return (mix(torch.log_softmax(vocab, -1), gate, a) * weights).sum()
+
+    ours = torch.autograd.grad(both(lambda v, gate, a: pointer_mixture(v, gate.log(), a, ids)), (vocab, scores))
+    dense = torch.autograd.grad(
+        both(lambda v, gate, a: (gate[:, None] * v.exp() + torch.zeros_like(v).scatter_add(-1, ids, a)).log()),
+        (vocab, scores),
+    )
+    for x, y in zip(ours, dense, strict=True):
+        torch.testing.assert_close(x, y)

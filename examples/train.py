@@ -1,0 +1,338 @@
+"""Train a Pointer Sentinel-LSTM (or the plain LSTM baseline) with Accelerate.
+
+    accelerate launch examples/train.py --config examples/configs/quickstart_cpu.json      # bundled WikiText-2
+    accelerate launch --multi_gpu --num_processes 2 examples/train.py --cpu ...            # two CPU ranks (gloo)
+    accelerate launch --multi_gpu --num_processes 8 examples/train.py --config examples/configs/paper_wt2.json
+
+A config file sets any flag below (and the model under "model"); flags on the command line win. See the README for
+the schemes (`stateful`, `window`), optimisers and the cost of each.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from tqdm.auto import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    ParameterAverager,
+    encode_lines,
+    evaluate_stream,
+    load_text_splits,
+    make_segment,
+    nt_asgd_triggered,
+    run_segment,
+    segment_schedule,
+    shard_streams,
+)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--config", help="JSON file of flag defaults; its 'model' entry holds PointerSentinelConfig fields")
+    # data
+    a("--dataset_name", help="a Hugging Face datasets name, e.g. wikitext (default: the bundled WikiText-2)")
+    a("--dataset_config_name", help="e.g. wikitext-2-v1")
+    a("--train_file")
+    a("--validation_file")
+    a("--test_file")
+    a("--tokenizer_name", help="a saved tokenizer (default: build a word-level one from the training split)")
+    a("--model_name_or_path", help="continue from a saved model (its tokenizer must match)")
+    # scheme
+    a("--scheme", choices=["stateful", "window"], default="stateful")
+    a("--bptt", type=int, default=35, help="stateful: targets per segment")
+    a("--variable_bptt", action="store_true", help="stateful: AWD-LSTM's random segment lengths, LR rescaled")
+    a("--stride", type=int, default=None, help="window: k1 targets per update (default L; 1 = paper Algorithm 1)")
+    # optimisation
+    a("--optimizer", choices=["sgd", "ntasgd", "adamw"], default="sgd")
+    a("--learning_rate", type=float, default=20.0)
+    a("--weight_decay", type=float, default=0.0)
+    a("--clip", type=float, default=1.0, help="global gradient-norm clip (0: none)")
+    a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation worsens (sgd, adamw)")
+    a("--patience", type=int, default=3, help="stop after this many epochs without improvement")
+    a("--nonmono", type=int, default=5, help="NT-ASGD trigger window")
+    a("--alpha", type=float, default=0.0, help="AR: alpha * mean(h_t^2) on the dropped last-layer output")
+    a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
+    a("--num_train_epochs", type=int, default=1)
+    a("--max_train_steps", type=int, default=None)
+    a("--per_device_train_batch_size", type=int, default=20)
+    a("--per_device_eval_batch_size", type=int, default=10)
+    a("--eval_bptt", type=int, default=200)
+    a("--gradient_accumulation_steps", type=int, default=1)
+    a("--seed", type=int, default=1111)
+    a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="bf16 on GPU; CPU LSTM autocast fails")
+    a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
+    # checkpoints, logs, output
+    a("--output_dir", default="outputs/run")
+    a("--checkpointing_steps", type=int, default=None, help="save_state every N updates")
+    a("--resume_from_checkpoint", default=None, help="a step_N folder written by --checkpointing_steps")
+    a("--with_tracking", action="store_true")
+    a("--report_to", default="all")
+    a("--log_every", type=int, default=50)
+    a("--eval_max_tokens", type=int, default=None, help="evaluate on the first N tokens only (quick runs)")
+    a("--sample_prompt", default=None, help="after training, generate from this prompt through pipeline()")
+    a("--num_threads", type=int, default=None, help="torch CPU threads per process")
+
+    pre, _ = p.parse_known_args(argv)
+    model_overrides = {}
+    if pre.config:
+        cfg = json.loads(Path(pre.config).read_text())
+        model_overrides = cfg.pop("model", {})
+        unknown = set(cfg) - {act.dest for act in p._actions}
+        if unknown:
+            raise ValueError(f"Unknown keys in {pre.config}: {sorted(unknown)}")
+        p.set_defaults(**cfg)
+    args = p.parse_args(argv)
+    args.model = model_overrides
+    return args
+
+
+def build_tokenizer(args, train_lines, accelerator):
+    if args.tokenizer_name or args.model_name_or_path:
+        return AutoTokenizer.from_pretrained(args.tokenizer_name or args.model_name_or_path)
+    return build_word_level_tokenizer(train_lines)
+
+
+def build_model(args, tokenizer):
+    if args.model_name_or_path:
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=torch.float32)
+        if model.config.vocab_size != len(tokenizer):
+            raise ValueError(
+                f"The tokenizer has {len(tokenizer)} words but {args.model_name_or_path} was trained with "
+                f"{model.config.vocab_size}; pass the model's own tokenizer."
+            )
+        return model
+    eos = tokenizer.eos_token_id
+    config = PointerSentinelConfig(
+        vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
+    )
+    return PointerSentinelForCausalLM(config)
+
+
+class TrainState:
+    """Rank-independent counters, saved with accelerator.save_state (main process)."""
+
+    def __init__(self, lr):
+        self.epoch, self.segment, self.step, self.lr = 0, 0, 0, lr
+        self.val_losses: list[float] = []
+        self.best_val, self.bad_epochs = math.inf, 0
+
+    def state_dict(self):
+        return dict(vars(self))
+
+    def load_state_dict(self, state):
+        vars(self).update(state)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    accelerator = Accelerator(
+        cpu=args.cpu,
+        mixed_precision=args.mixed_precision,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        log_with=args.report_to if args.with_tracking else None,
+        project_dir=args.output_dir,
+    )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and accelerator.num_processes == 1:
+        raise RuntimeError(
+            "Launched with several processes but Accelerate sees one: on CPU pass --cpu "
+            "(accelerate launch --multi_gpu --num_processes N examples/train.py --cpu)."
+        )
+    W, rank = accelerator.num_processes, accelerator.process_index
+    set_seed(args.seed, device_specific=True)  # dropout masks differ per rank, as in one big batch
+
+    # ---- data, tokenizer, model (all checks before any training) ----
+    with accelerator.main_process_first():
+        splits = load_text_splits(
+            args.dataset_name, args.dataset_config_name, args.train_file, args.validation_file, args.test_file
+        )
+    if "train" not in splits or not any(line.strip() for line in splits["train"]):
+        raise ValueError("The training split is empty.")
+    tokenizer = build_tokenizer(args, splits["train"], accelerator)
+    model = build_model(args, tokenizer)
+    cfg = model.config
+    ids = {split: encode_lines(tokenizer, lines) for split, lines in splits.items()}
+    if args.eval_max_tokens:
+        ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
+    B = args.per_device_train_batch_size
+    train = shard_streams(ids["train"], B, W, rank).to(accelerator.device)
+    stride = args.stride or cfg.pointer_window
+    if args.scheme == "window" and train.shape[1] <= cfg.pointer_window:
+        raise ValueError(
+            f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "
+            f"tokens with {W * B} streams); use a smaller window or batch."
+        )
+    if train.shape[1] < 2 * args.bptt and args.scheme == "stateful":
+        raise ValueError(f"Each of the {W * B} streams holds {train.shape[1]} tokens, less than 2 x bptt.")
+    evals = {
+        s: shard_streams(t, args.per_device_eval_batch_size, W, rank).to(accelerator.device)
+        for s, t in ids.items()
+        if s != "train"
+    }
+
+    if args.optimizer == "adamw":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    raw = accelerator.unwrap_model(model)
+    averager = ParameterAverager(raw.parameters())
+    state = TrainState(args.learning_rate)
+    accelerator.register_for_checkpointing(state)
+    accelerator.register_for_checkpointing(averager)
+    cache = PointerSentinelCache()
+    if args.resume_from_checkpoint:
+        accelerator.load_state(args.resume_from_checkpoint)
+        cache.load_state_dict(
+            torch.load(Path(args.resume_from_checkpoint) / f"stream_state_{rank}.pt", weights_only=False)
+        )
+
+    n_params = sum(p.numel() for p in raw.parameters())
+    accelerator.print(
+        f"{n_params / 1e6:.2f}M parameters | {W} process(es) x batch {B} | {train.shape[1]} tokens per stream | "
+        f"scheme {args.scheme}" + (f" (k1={stride}, L={cfg.pointer_window})" if args.scheme == "window" else "")
+    )
+    if args.with_tracking:
+        accelerator.init_trackers("pointer_sentinel", {k: v for k, v in vars(args).items() if k != "model"})
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_file = out_dir / "log.jsonl"
+
+    def log(record):
+        if accelerator.is_main_process:
+            with log_file.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        if args.with_tracking:
+            accelerator.log(record, step=state.step)
+
+    def evaluate(split):
+        model.eval()
+        averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
+        bar = tqdm(total=evals[split].numel(), desc=split, leave=False, disable=not accelerator.is_local_main_process)
+        nll, count = evaluate_stream(raw, evals[split], args.eval_bptt, bar)
+        bar.close()
+        averager.swap()
+        model.train()
+        totals = accelerator.reduce(torch.tensor([nll, count], dtype=torch.float64, device=accelerator.device), "sum")
+        return totals[0].item() / totals[1].item()
+
+    # ---- training ----
+    best_state = None
+    stop = False
+    model.train()
+    while state.epoch < args.num_train_epochs and not stop:
+        schedule = segment_schedule(train.shape[1], args.scheme, args.bptt, stride, cfg.pointer_window,
+                                    args.variable_bptt, seed=args.seed + state.epoch)  # fmt: skip
+        bar = tqdm(total=len(schedule), initial=state.segment, desc=f"epoch {state.epoch + 1}",
+                   disable=not accelerator.is_local_main_process)  # fmt: skip
+        t0, tokens, run_nll, run_n = time.perf_counter(), 0, 0.0, 0
+        for p, k in schedule[state.segment :]:
+            seg = make_segment(train, p, k, args.scheme, cfg.pointer_window, stride)
+            with accelerator.accumulate(model):
+                nll, out, cache = run_segment(model, seg, cache, args.scheme)
+                loss = nll / (k * B)  # forward already adds the weighted auxiliary pointer loss
+                if args.alpha or args.beta:
+                    h = out.last_hidden_state
+                    loss = loss + args.alpha * h.pow(2).mean() + args.beta * (h[:, 1:] - h[:, :-1]).pow(2).mean()
+                lr = state.lr * (k / args.bptt if args.variable_bptt else 1.0)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and args.clip:
+                    accelerator.clip_grad_norm_(model.parameters(), args.clip)
+                optimizer.step()
+                optimizer.zero_grad()
+            state.segment += 1
+            if accelerator.sync_gradients:
+                state.step += 1
+                averager.update()
+            run_nll += nll.item()
+            run_n += k * B
+            tokens += k * B * W  # targets trained on, all ranks
+            bar.update(1)
+            if state.step % args.log_every == 0 or state.segment == len(schedule):
+                rate = tokens / (time.perf_counter() - t0)  # targets per second
+                sums = accelerator.reduce(
+                    torch.tensor([run_nll, run_n], dtype=torch.float64, device=accelerator.device), "sum"
+                )
+                train_loss = (sums[0] / sums[1]).item()  # over all ranks: one process with batch W*B logs the same
+                bar.set_postfix(loss=f"{train_loss:.3f}", ppl=f"{math.exp(train_loss):.1f}", tok_s=f"{rate:.0f}")
+                log({"step": state.step, "epoch": state.epoch, "train_loss": train_loss,
+                     "train_ppl": math.exp(train_loss), "lr": lr, "targets_per_s": rate, "world_size": W})  # fmt: skip
+                run_nll, run_n = 0.0, 0
+            if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
+                ckpt = out_dir / f"step_{state.step}"
+                accelerator.save_state(ckpt)
+                torch.save(cache.state_dict(), ckpt / f"stream_state_{rank}.pt")
+            if args.max_train_steps and state.step >= args.max_train_steps:
+                stop = True
+                break
+        bar.close()
+        if stop and state.segment < len(schedule):
+            break
+        # ---- end of epoch: validation, LR schedule, NT-ASGD trigger, early stop ----
+        val = evaluate("validation") if "validation" in evals else float("nan")
+        state.val_losses.append(val)
+        improved = val < state.best_val
+        if improved:
+            state.best_val, state.bad_epochs = val, 0
+            averager.swap()
+            best_state = {k: v.detach().clone() for k, v in raw.state_dict().items()}
+            averager.swap()
+        else:
+            state.bad_epochs += 1
+            if args.optimizer != "ntasgd":
+                state.lr *= args.lr_decay
+        if args.optimizer == "ntasgd" and not averager.active and nt_asgd_triggered(state.val_losses, args.nonmono):
+            averager.start()
+            accelerator.print(f"NT-ASGD: averaging from step {state.step}")
+        accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f} | lr {state.lr:g}")
+        log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), "lr": state.lr})
+        state.epoch += 1
+        state.segment = 0
+        cache = PointerSentinelCache()  # each epoch reads the streams from their start
+        if state.bad_epochs >= args.patience:
+            accelerator.print(f"no improvement for {args.patience} epochs: stopping")
+            break
+
+    # ---- final: best weights, test perplexity, save, sample ----
+    if best_state is not None:
+        raw.load_state_dict(best_state)  # holds the averaged weights when NT-ASGD was on
+    elif averager.active:
+        averager.swap()
+    averager.average = None  # the final weights are in the model now
+    results = {}
+    for split in ("validation", "test"):
+        if split in evals:
+            results[f"{split}_ppl"] = math.exp(evaluate(split))
+    accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()))
+    log({"step": state.step, **results})
+    accelerator.wait_for_everyone()
+    raw.save_pretrained(out_dir, is_main_process=accelerator.is_main_process)
+    if accelerator.is_main_process:
+        tokenizer.save_pretrained(out_dir)
+        (out_dir / "results.json").write_text(json.dumps({**results, "steps": state.step, "params": n_params}))
+    if args.sample_prompt is not None and accelerator.is_main_process:
+        generator = pipeline("text-generation", model=str(out_dir), tokenizer=str(out_dir), dtype=torch.float32)
+        text = generator(args.sample_prompt, max_new_tokens=30, do_sample=True, top_k=40, temperature=0.8)
+        print("sample:", text[0]["generated_text"])
+    accelerator.end_training()
+    return results
+
+
+if __name__ == "__main__":
+    main()

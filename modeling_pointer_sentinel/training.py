@@ -1,0 +1,207 @@
+"""Data streams and training steps for word-level language modelling with a recurrent state.
+
+Two schemes (see README "Training schemes"):
+- `stateful`: truncated BPTT over B parallel streams; the LSTM state and the pointer window carry (detached)
+  from one segment to the next.
+- `window`: every segment re-runs the LSTM over the L-1 tokens before its k1 targets with the current weights, so
+  each target sees a freshly computed window of L states and is back-propagated through >= L steps (paper
+  Algorithm 1 with k1 targets per update, k2 = L). The LSTM state at the next segment's start carries over.
+"""
+
+import math
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .modeling_pointer_sentinel import PointerSentinelCache
+
+BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
+SPLITS = ("train", "validation", "test")
+
+
+def load_text_splits(
+    dataset_name: str | None = None,
+    dataset_config_name: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+) -> dict[str, list[str]]:
+    """Lines of each split through `datasets`: a Hub dataset, local text files, or the bundled WikiText-2."""
+    import datasets
+
+    if dataset_name:
+        ds = datasets.load_dataset(dataset_name, dataset_config_name)
+        column = "text" if "text" in ds["train"].column_names else ds["train"].column_names[0]
+        return {split: ds[split][column] for split in SPLITS if split in ds}
+    if train_file:
+        files = {"train": train_file, "validation": validation_file, "test": test_file}
+    else:
+        files = {
+            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
+        }
+    files = {k: v for k, v in files.items() if v}
+    for split, path in files.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"The {split} file {path} does not exist.")
+    ds = datasets.load_dataset("text", data_files=files, keep_linebreaks=False)
+    return {split: ds[split]["text"] for split in files}
+
+
+def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
+    """One flat id stream with `<eos>` after every line (the standard word-LM convention)."""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("The tokenizer has no eos_token; the line-end token is needed.")
+    encodings = tokenizer.backend_tokenizer.encode_batch(lines, add_special_tokens=False)
+    ids = [i for enc in encodings for i in (*enc.ids, eos)]
+    if not ids:
+        raise ValueError("The corpus is empty.")
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:
+    """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
+    so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each)."""
+    total = batch_size * num_processes
+    n = ids.numel() // total
+    if n < 2:
+        raise ValueError(f"{ids.numel()} tokens cannot fill {total} streams of at least 2 tokens.")
+    return ids[: n * total].view(total, n)[process_index * batch_size : (process_index + 1) * batch_size]
+
+
+def segment_schedule(
+    n: int, scheme: str, bptt: int, stride: int = 1, window: int = 1, variable_bptt: bool = False, seed: int = 0
+) -> list[tuple[int, int]]:
+    """(first target position, number of targets) per segment over streams of length n.
+
+    `stateful`: segments of `bptt` targets; with `variable_bptt`, AWD-LSTM's random lengths (bptt w.p. 0.95 else
+    bptt/2, then N(., 5), at least 5), drawn from a seeded RNG so every rank draws the same.
+    `window`: `stride` (k1) targets per segment.
+    """
+    if scheme not in ("stateful", "window"):
+        raise ValueError(f"scheme must be 'stateful' or 'window', got {scheme!r}.")
+    rng = random.Random(seed)
+    out, p = [], 0
+    while p < n - 1:
+        if scheme == "window":
+            k = stride
+        elif variable_bptt:
+            base = bptt if rng.random() < 0.95 else bptt / 2
+            k = max(5, int(rng.gauss(base, 5)))
+        else:
+            k = bptt
+        k = min(k, n - 1 - p)
+        out.append((p, k))
+        p += k
+    return out
+
+
+@dataclass
+class Segment:
+    input_ids: torch.Tensor
+    shift_labels: torch.Tensor
+    split: int | None  # window scheme: where the next segment's start state is taken
+
+
+def make_segment(streams: torch.Tensor, p: int, k: int, scheme: str, window: int, stride: int) -> Segment:
+    """Inputs and pre-shifted targets for targets at positions p+1 ... p+k (inputs p ... p+k-1)."""
+    if scheme == "stateful":
+        return Segment(streams[:, p : p + k], streams[:, p + 1 : p + k + 1].contiguous(), None)
+    start = max(0, p - window + 1)  # the counted position p sees L-1 earlier positions, all recomputed here
+    x = streams[:, start : p + k]
+    y = torch.full_like(x, -100)
+    y[:, p - start :] = streams[:, p + 1 : p + k + 1]
+    next_start = max(0, p + stride - window + 1)
+    return Segment(x, y, next_start - start)
+
+
+def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str):
+    """Forward one segment; returns (summed NLL, output, the cache for the next segment)."""
+    if scheme == "stateful":
+        out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=cache, use_cache=True,
+                    num_items_in_batch=1, logits_to_keep=1)  # fmt: skip
+        return out.loss, out, out.past_key_values.detach_()
+    fresh = PointerSentinelCache()  # a new window each segment: every key is recomputed with the current weights
+    fresh.hidden, fresh.cell = cache.hidden, cache.cell
+    out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=fresh, use_cache=True,
+                num_items_in_batch=1, logits_to_keep=1, split_state_at=seg.split or None)  # fmt: skip
+    nxt = PointerSentinelCache()
+    if seg.split:
+        nxt.hidden, nxt.cell = ([t.detach() for t in ts] for ts in out.split_state)
+    else:
+        nxt.hidden, nxt.cell = cache.hidden, cache.cell
+    return out.loss, out, nxt
+
+
+@torch.no_grad()
+def evaluate_stream(model, streams: torch.Tensor, bptt: int = 200, progress=None) -> tuple[float, int]:
+    """Summed NLL and target count over (B, N) streams, state carried across chunks (standard word-LM eval)."""
+    cache, nll, count = PointerSentinelCache(), 0.0, 0
+    for p in range(0, streams.shape[1] - 1, bptt):
+        k = min(bptt, streams.shape[1] - 1 - p)
+        out = model(streams[:, p : p + k], shift_labels=streams[:, p + 1 : p + k + 1].contiguous(),
+                    past_key_values=cache, use_cache=True, num_items_in_batch=1, logits_to_keep=1)  # fmt: skip
+        cache = out.past_key_values
+        nll += out.loss.item()
+        count += k * streams.shape[0]
+        if progress is not None:
+            progress.update(k * streams.shape[0])
+    return nll, count
+
+
+class ParameterAverager:
+    """Polyak averaging of the weights from a trigger on: NT-ASGD (Merity et al., 2017) is SGD plus this average,
+    switched on when validation has not improved on the best of all but the last `nonmono` epochs."""
+
+    def __init__(self, params):
+        self.params = list(params)
+        self.average: list[torch.Tensor] | None = None
+        self.count = 0
+
+    @property
+    def active(self) -> bool:
+        return self.average is not None
+
+    def start(self):
+        self.average = [p.detach().clone() for p in self.params]
+        self.count = 1
+
+    @torch.no_grad()
+    def update(self):
+        if self.average is None:
+            return
+        self.count += 1
+        for a, p in zip(self.average, self.params, strict=True):
+            a.add_(p.detach() - a, alpha=1 / self.count)
+
+    @torch.no_grad()
+    def swap(self):
+        """Exchange live and averaged weights (call twice to undo): evaluate and save with the average."""
+        if self.average is None:
+            return
+        for a, p in zip(self.average, self.params, strict=True):
+            tmp = p.detach().clone()
+            p.copy_(a)
+            a.copy_(tmp)
+
+    def state_dict(self):
+        return {"average": self.average, "count": self.count}
+
+    def load_state_dict(self, state):
+        self.average = (
+            None
+            if state["average"] is None
+            else [a.to(p.device) for a, p in zip(state["average"], self.params, strict=True)]
+        )
+        self.count = state["count"]
+
+
+def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:
+    """AWD-LSTM's non-monotone trigger: the latest validation loss is worse than the best before the last nonmono."""
+    return len(val_losses) > nonmono and val_losses[-1] > min(val_losses[:-nonmono])
+
+
+def perplexity(nll: float, count: int) -> float:
+    return math.exp(nll / max(count, 1))

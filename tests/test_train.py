@@ -1,0 +1,220 @@
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import ROOT, tiny_model
+
+from modeling_pointer_sentinel import PointerSentinelCache
+from modeling_pointer_sentinel.training import (
+    ParameterAverager,
+    make_segment,
+    nt_asgd_triggered,
+    run_segment,
+    segment_schedule,
+    shard_streams,
+)
+
+TRAIN = ROOT / "examples" / "train.py"
+TINY = ROOT / "examples" / "configs" / "tiny_test.json"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = (" " + " ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) + " " for _ in range(n))
+        (d / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def data_args(corpus):
+    return ["--train_file", str(corpus / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
+            "--test_file", str(corpus / "test.txt"), "--config", str(TINY)]  # fmt: skip
+
+
+def launch(args, processes=1, port=29617, check=True):
+    if processes == 1:
+        cmd = [sys.executable, str(TRAIN), *args]
+    else:
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               str(port), str(TRAIN), "--cpu", *args]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env()})
+    if check:
+        assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
+
+
+def losses(out_dir: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (out_dir / "log.jsonl").read_text().splitlines()]
+    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+
+def test_two_process_launch_trains_as_one_process_with_double_batch(corpus, tmp_path):
+    """Two gloo ranks with batch 1 each must follow one process with batch 2 step by step: only true if both ranks
+    train together (sharded streams, all-reduced gradients)."""
+    two = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "two"), "--max_train_steps", "6",
+                                      "--per_device_train_batch_size", "1"], processes=2)  # fmt: skip
+    assert "2 process(es) x batch 1" in two.stdout
+    launch(data_args(corpus) + ["--output_dir", str(tmp_path / "one"), "--max_train_steps", "6",
+                                "--per_device_train_batch_size", "2"])  # fmt: skip
+    a, b = losses(tmp_path / "two"), losses(tmp_path / "one")
+    assert sorted(a) == list(range(1, 7))
+    for step in a:
+        assert a[step] == pytest.approx(b[step], rel=1e-5), step
+    rows = [json.loads(line) for line in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
+    assert all(r["world_size"] == 2 for r in rows if "world_size" in r)
+
+
+def test_resume_reproduces_uninterrupted_losses(corpus, tmp_path):
+    cfg = json.loads(TINY.read_text())
+    cfg["model"].update(input_dropout=0.3, weight_drop=0.3, embedding_dropout=0.1)  # RNG state must resume too
+    (tmp_path / "reg.json").write_text(json.dumps(cfg))
+    common = data_args(corpus)[:-1] + [
+        str(tmp_path / "reg.json"),
+        "--max_train_steps",
+        "8",
+        "--checkpointing_steps",
+        "4",
+    ]
+    regularised = ["--seed", "3"]
+    full = tmp_path / "full"
+    launch(common + regularised + ["--output_dir", str(full), "--scheme", "stateful", "--variable_bptt"])
+    resumed = tmp_path / "resumed"
+    launch(common + regularised + ["--output_dir", str(resumed), "--scheme", "stateful", "--variable_bptt",
+                                   "--resume_from_checkpoint", str(full / "step_4")])  # fmt: skip
+    a, b = losses(full), losses(resumed)
+    assert sorted(b) == [5, 6, 7, 8]
+    for step in b:
+        assert b[step] == pytest.approx(a[step], rel=1e-6), step
+
+
+def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
+    out = tmp_path / "run"
+    done = launch(data_args(corpus) + ["--output_dir", str(out), "--num_train_epochs", "2", "--scheme", "window",
+                                       "--stride", "4", "--sample_prompt", "w1 w2"])  # fmt: skip
+    results = json.loads((out / "results.json").read_text())
+    assert results["test_ppl"] < 40  # uniform over the 42 ids would be 42
+    assert "sample: w1 w2 w" in done.stdout
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out)) == 42  # 40 words, <eos>, <unk>
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--train_file", "/nonexistent/train.txt"], "does not exist"),
+        (["--scheme", "window", "--per_device_train_batch_size", "400"], "longer than each training stream"),
+    ],
+)
+def test_bad_inputs_fail_before_training(corpus, tmp_path, extra, message):
+    done = launch(data_args(corpus) + ["--output_dir", str(tmp_path)] + extra, check=False)
+    assert done.returncode != 0 and message in done.stderr
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_empty_corpus_and_vocab_mismatch_fail_clearly(corpus, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n \n")
+    done = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "e"), "--train_file", str(empty)], check=False)
+    assert done.returncode != 0 and "empty" in done.stderr
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    tiny_model(vocab_size=7).save_pretrained(tmp_path / "m")
+    build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()).save_pretrained(tmp_path / "m")
+    args = ["--output_dir", str(tmp_path / "x"), "--model_name_or_path", str(tmp_path / "m")]
+    done = launch(data_args(corpus) + args, check=False)
+    assert done.returncode != 0 and "tokenizer has 42 words" in done.stderr
+
+
+def position_nll(model, streams):
+    """-log p(x_{t+1}) of every position from one whole-sequence forward: the reference for both schemes."""
+    logits = model(streams).logits[:, :-1]
+    return -logits.gather(-1, streams[:, 1:, None])[..., 0]
+
+
+@pytest.mark.parametrize("stride", [1, 3, 5])
+def test_window_scheme_equals_per_target_reference(stride):
+    """k1 = 1 is the paper's Algorithm 1: each target gets its own re-run of the L-window. Per target, the window
+    scheme's loss must equal the whole-sequence forward at that position, and its gradient must equal a per-target
+    re-run of the window from the carried (detached) state."""
+    L = 5
+    model = tiny_model(pointer_window=L).double()
+    streams = torch.randint(0, 6, (2, 24))
+    want = position_nll(model, streams)
+    cache = PointerSentinelCache()
+    schedule = segment_schedule(streams.shape[1], "window", bptt=0, stride=stride, window=L)
+    assert [p for p, _ in schedule] == list(range(0, 23, stride))
+    for p, k in schedule:
+        seg = make_segment(streams, p, k, "window", L, stride)
+        model.zero_grad()
+        nll, out, cache = run_segment(model, seg, cache, "window")
+        nll.backward()
+        ours = {n: q.grad.clone() for n, q in model.named_parameters()}
+        assert nll.item() == pytest.approx(want[:, p : p + k].sum().item(), rel=1e-9)
+        if stride == 1:  # the straightforward per-target reference: state up to the window, then the window
+            model.zero_grad()
+            start = max(0, p - L + 1)
+            state = PointerSentinelCache()
+            if start:
+                with torch.no_grad():
+                    state = model(streams[:, :start], use_cache=True).past_key_values
+                state.window_states = state.window_ids = state.window_mask = None
+            ref = model(streams[:, start : p + 1], past_key_values=state, use_cache=True).logits[:, -1]
+            (-ref.gather(-1, streams[:, p + 1, None]).sum()).backward()
+            for n, q in model.named_parameters():
+                torch.testing.assert_close(ours[n], q.grad, msg=n)
+
+
+def test_stateful_scheme_covers_every_target_once():
+    model = tiny_model().double().eval()
+    streams = torch.randint(0, 6, (3, 40))
+    cache, total = PointerSentinelCache(), 0.0
+    for p, k in segment_schedule(40, "stateful", bptt=7, variable_bptt=False):
+        nll, _, cache = run_segment(model, make_segment(streams, p, k, "stateful", 5, 1), cache, "stateful")
+        total += nll.item()
+    assert total == pytest.approx(position_nll(model, streams).sum().item(), rel=1e-9)
+
+
+def test_variable_bptt_schedule_is_shared_across_ranks_and_covers_stream():
+    a = segment_schedule(1000, "stateful", bptt=70, variable_bptt=True, seed=5)
+    assert a == segment_schedule(1000, "stateful", bptt=70, variable_bptt=True, seed=5)
+    assert sum(k for _, k in a) == 999 and len({k for _, k in a}) > 3
+
+
+def test_shard_streams_equals_single_process_batch():
+    ids = torch.arange(103)
+    whole = shard_streams(ids, 4)
+    parts = [shard_streams(ids, 2, num_processes=2, process_index=r) for r in range(2)]
+    assert torch.equal(torch.cat(parts), whole)
+    with pytest.raises(ValueError):
+        shard_streams(torch.arange(5), 4)
+
+
+def test_parameter_averager_and_nt_asgd_trigger():
+    w = torch.nn.Parameter(torch.zeros(2))
+    avg = ParameterAverager([w])
+    avg.start()
+    for v in (2.0, 4.0):
+        w.data.fill_(v)
+        avg.update()
+    avg.swap()
+    assert torch.allclose(w, torch.full((2,), 2.0))  # mean of 0, 2, 4
+    avg.swap()
+    assert torch.allclose(w, torch.full((2,), 4.0))
+    assert not nt_asgd_triggered([5, 4, 3, 2, 1, 1.5], nonmono=5)
+    assert nt_asgd_triggered([5, 4, 3, 2, 1, 4.5, 6], nonmono=5)
