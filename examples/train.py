@@ -88,7 +88,7 @@ def parse_args(argv=None):
     pre, _ = p.parse_known_args(argv)
     model_overrides = {}
     if pre.config:
-        cfg = json.loads(Path(pre.config).read_text())
+        cfg = {k: v for k, v in json.loads(Path(pre.config).read_text()).items() if not k.startswith("_")}
         model_overrides = cfg.pop("model", {})
         unknown = set(cfg) - {act.dest for act in p._actions}
         if unknown:

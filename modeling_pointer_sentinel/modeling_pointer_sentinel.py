@@ -206,6 +206,8 @@ class PointerSentinelCausalLMOutput(ModelOutput):
     pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.6).
     last_hidden_state (B, T, D): h_t as the heads see it (after output dropout).
     split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
+    target_log_probs (B, T): log p(y_t) of the mixture for each counted target, 0 elsewhere (with labels).
+    vocab_target_log_probs (B, T): log p_vocab(y_t), the RNN softmax alone (g forced to 1), 0 elsewhere.
     """
 
     loss: torch.FloatTensor | None = None
@@ -218,6 +220,8 @@ class PointerSentinelCausalLMOutput(ModelOutput):
     pointer_loss: torch.FloatTensor | None = None
     last_hidden_state: torch.FloatTensor | None = None
     split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+    target_log_probs: torch.FloatTensor | None = None
+    vocab_target_log_probs: torch.FloatTensor | None = None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -317,16 +321,18 @@ class PointerSentinelHead(nn.Module):
         """
         q = torch.tanh(self.query(h))
         L, T = self.window, h.shape[1]
-        # Banded scores, computed in query blocks of L so work stays O(T L D) for long chunks.
-        blocks = []
-        for s in range(0, T, L):
-            qb = q[:, s : s + L]
-            kb = keys[:, s + 1 : s + qb.shape[1] + L]  # (B, b+L-1, D)
-            scores = torch.einsum("btd,bkd->btk", qb, kb)
-            band = torch.arange(qb.shape[1], device=h.device)[:, None] + torch.arange(L, device=h.device)
-            blocks.append(scores.gather(-1, band.expand(scores.shape[0], -1, -1)))
-        z = torch.cat(blocks, 1)  # (B, T, L)
-        valid = key_mask.unfold(1, L, 1)[:, 1:]  # (B, T, L)
+        if T == 1:  # decoding: the window is simply the last L keys
+            z, valid = q @ keys[:, 1:].transpose(1, 2), key_mask[:, None, 1:]
+        else:  # banded scores, in query blocks of L so work stays O(T L D) for long chunks
+            blocks = []
+            for s in range(0, T, L):
+                qb = q[:, s : s + L]
+                kb = keys[:, s + 1 : s + qb.shape[1] + L]  # (B, b+L-1, D)
+                scores = qb @ kb.transpose(1, 2)
+                band = torch.arange(qb.shape[1], device=h.device)[:, None] + torch.arange(L, device=h.device)
+                blocks.append(scores.gather(-1, band.expand(scores.shape[0], -1, -1)))
+            z = torch.cat(blocks, 1)  # (B, T, L)
+            valid = key_mask.unfold(1, L, 1)[:, 1:]  # (B, T, L)
         z = z.masked_fill(~valid, -torch.inf)
         if self.gate_type == "sentinel":
             logits = torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1)
@@ -417,7 +423,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             raise ValueError("input_ids must be a (batch, sequence) tensor of token ids.")
         if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
-        lo, hi = int(input_ids.min()), int(input_ids.max())
+        lo, hi = (int(v) for v in torch.aminmax(input_ids))
         if lo < 0 or hi >= self.config.vocab_size:
             raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size}), got values in [{lo}, {hi}].")
         if mask is not None and (
@@ -609,7 +615,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             gate = h.new_ones(B, T)
             attention = None
 
-        loss = pointer_loss = None
+        loss = pointer_loss = target_log_probs = vocab_target_log_probs = None
         if shift_labels is not None:
             counted = shift_labels != -100
             if attention_mask is not None:
@@ -617,14 +623,17 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             y = shift_labels[counted]
             vocab_nll = F.cross_entropy(_upcast(self.lm_head(h[counted])), y, reduction="none")
             n = num_items_in_batch if num_items_in_batch is not None else y.numel()
+            vocab_target_log_probs = vocab_nll.new_zeros(B, T).masked_scatter(counted, -vocab_nll.detach())
             if self.pointer is None:
                 loss = vocab_nll.sum() / n
+                target_log_probs = vocab_target_log_probs
             else:
                 log_p, log_ptr_or_gate = pointer_target_log_prob(
                     -vocab_nll, _upcast(log_gate[counted]), _upcast(log_attn[counted]), window_ids[counted], y
                 )
                 loss = -log_p.sum() / n
                 pointer_loss = -log_ptr_or_gate.sum() / n
+                target_log_probs = vocab_target_log_probs.masked_scatter(counted, log_p.detach())
                 if self.config.pointer_loss_weight:
                     loss = loss + self.config.pointer_loss_weight * pointer_loss
 
@@ -659,6 +668,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             pointer_loss=pointer_loss,
             last_hidden_state=h,
             split_state=base.split_state,
+            target_log_probs=target_log_probs,
+            vocab_target_log_probs=vocab_target_log_probs,
         )
         return out if return_dict else out.to_tuple()
 

@@ -40,6 +40,10 @@ def test_matches_loop_reference(gate_type, tie):
             if t + 1 < ids.shape[1]:
                 nll.append(-math.log(p[ids[b, t + 1]]))
     assert out.loss.item() == pytest.approx(sum(nll) / len(nll), rel=1e-9)
+    assert -out.target_log_probs[:, :-1].mean().item() == pytest.approx(sum(nll) / len(nll), rel=1e-9)
+    assert torch.all(out.target_log_probs[:, -1] == 0)  # the last position has no target
+    vocab = torch.log_softmax(out.vocab_logits, -1)[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+    torch.testing.assert_close(out.vocab_target_log_probs[:, :-1], vocab)
     # the invariant g + sum(attention) = 1
     torch.testing.assert_close(out.gate + out.pointer_attention.sum(-1), torch.ones_like(out.gate))
 

@@ -218,3 +218,14 @@ def test_parameter_averager_and_nt_asgd_trigger():
     assert torch.allclose(w, torch.full((2,), 4.0))
     assert not nt_asgd_triggered([5, 4, 3, 2, 1, 1.5], nonmono=5)
     assert nt_asgd_triggered([5, 4, 3, 2, 1, 4.5, 6], nonmono=5)
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "examples" / "configs").glob("*.json")), ids=lambda p: p.stem)
+def test_shipped_configs_parse_and_build(config):
+    sys.path.insert(0, str(TRAIN.parent))
+    from train import parse_args
+
+    from modeling_pointer_sentinel import PointerSentinelConfig
+
+    args = parse_args(["--config", str(config)])
+    PointerSentinelConfig(vocab_size=100, **args.model)
