@@ -1,0 +1,98 @@
+import math
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from modeling_pointer_sentinel.evaluation import (
+    NeuralCache,
+    bucket_log_ppl_difference,
+    cache_grid_search,
+    collect_outputs,
+    frequency_buckets,
+    gate_statistics,
+    neural_cache_loop_reference,
+    plot_bucket_differences,
+    plot_gate_histogram,
+    pointer_window_picture,
+)
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+
+@pytest.mark.parametrize("window,chunk", [(3, 4), (7, 5), (50, 8), (1, 3)])
+def test_neural_cache_equals_per_token_loop(window, chunk):
+    g = torch.Generator().manual_seed(window)
+    h = torch.randn(2, 23, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 4, (2, 23), generator=g)
+    lp = -torch.rand(2, 23, generator=g, dtype=torch.float64) * 3
+    want = neural_cache_loop_reference(h, y, lp, window, 0.7, 0.3)
+    cache = NeuralCache(window, 0.7, 0.3, chunk=chunk)
+    got = torch.cat([cache(h[:, :10], y[:, :10], lp[:, :10]), cache(h[:, 10:], y[:, 10:], lp[:, 10:])], 1)
+    torch.testing.assert_close(got, want)
+    assert torch.equal(got[:, 0], lp[:, 0])  # empty cache at the first token: the model alone
+
+
+def test_neural_cache_uses_next_token_alignment():
+    h = torch.ones(1, 3, 2)  # identical states: the cache is uniform over earlier positions
+    y = torch.tensor([[5, 9, 5]])  # x_1 = 5, x_2 = 9, x_3 = 5 are the tokens after positions 0, 1, 2
+    lp = torch.full((1, 3), -10.0)
+    mixed = NeuralCache(10, 1.0, 1.0)(h, y, lp)  # lambda 1: the cache alone
+    assert mixed[0, 1].item() == -math.inf  # position 1 predicts 9; the cache holds only h_0 -> 5
+    assert mixed[0, 2].item() == pytest.approx(math.log(0.5))  # position 2 predicts 5: one of two keys
+
+
+def test_bad_cache_settings_raise():
+    with pytest.raises(ValueError):
+        NeuralCache(window=0)
+    with pytest.raises(ValueError):
+        NeuralCache(lam=1.5)
+
+
+def test_collected_perplexity_equals_model_loss():
+    model = tiny_model().eval()
+    streams = torch.randint(0, 6, (2, 41))
+    outs = collect_outputs(model, streams, bptt=7, keep_hidden=True)
+    whole = model(streams[:, :-1], shift_labels=streams[:, 1:])
+    assert outs.perplexity() == pytest.approx(math.exp(whole.loss.item()), rel=1e-5)
+    vocab = torch.nn.functional.cross_entropy(whole.vocab_logits.transpose(1, 2), streams[:, 1:])
+    assert outs.perplexity(pointer=False) == pytest.approx(math.exp(vocab.item()), rel=1e-5)
+    assert outs.hidden.shape == (2, 40, 12)
+    torch.testing.assert_close(outs.gate, whole.gate)
+    rows = cache_grid_search(outs, windows=[5, 20], thetas=[0.5], lambdas=[0.0, 0.2])
+    assert len(rows) == 4 and rows[0]["ppl"] <= rows[-1]["ppl"]
+    no_cache = [r["ppl"] for r in rows if r["lam"] == 0.0]
+    assert all(p == pytest.approx(outs.perplexity(), rel=1e-6) for p in no_cache)
+
+
+def test_frequency_buckets_are_equal_sized_and_ordered_by_frequency():
+    train = torch.tensor([0] * 50 + [1] * 20 + [2] * 5 + [3])
+    targets = torch.tensor([[3, 0, 1, 2, 0, 0, 1, 3, 2, 0]])
+    b = frequency_buckets(train, targets, n_buckets=5)
+    assert torch.bincount(b.flatten()).tolist() == [2, 2, 2, 2, 2]
+    counts = torch.bincount(train)
+    freq = counts[targets.flatten()]
+    for k in range(4):  # every target of a bucket is at least as frequent as any of the next bucket
+        assert freq[b.flatten() == k].min() >= freq[b.flatten() == k + 1].max()
+    diffs = bucket_log_ppl_difference(torch.zeros(1, 10), -torch.ones(1, 10), b, 5)
+    assert diffs == [1.0] * 5
+
+
+def test_gate_statistics_and_pictures(tmp_path):
+    import matplotlib.pyplot as plt
+
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a"])
+    model = tiny_model(vocab_size=len(tok)).eval()
+    ids = torch.tensor(tok("a b c a b c d e f a b c")["input_ids"])
+    outs = collect_outputs(model, ids[None], bptt=5)
+    stats = gate_statistics(outs, tok, min_count=1)
+    assert stats["mean_gate"] == pytest.approx(outs.gate.mean().item())
+    assert 0 <= stats["mean_pointer_share_of_target_prob"] <= 1
+    assert all(0 <= s <= 1 for _, s, _ in stats["top_pointer_words"])
+    plot_gate_histogram(outs, tmp_path / "gate.png")
+    plot_bucket_differences([0.1, -0.05, 0.3], tmp_path / "buckets.png")
+    info = pointer_window_picture(model, tok, ids, 9, tmp_path / "window.png", tmp_path / "window.html")
+    assert info["actual"] == "b" and len(info["attention"]) == model.config.pointer_window
+    assert info["gate"] + sum(info["attention"]) == pytest.approx(1.0, abs=1e-5)
+    for name in ("gate.png", "buckets.png", "window.png"):
+        assert plt.imread(tmp_path / name).shape[0] > 100
+    assert "<span" in (tmp_path / "window.html").read_text()
