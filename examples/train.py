@@ -67,6 +67,7 @@ def parse_args(argv=None):
     a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
     a("--num_train_epochs", type=int, default=1)
     a("--max_train_steps", type=int, default=None)
+    a("--max_train_minutes", type=float, default=None, help="stop training after this wall time (all ranks agree)")
     a("--per_device_train_batch_size", type=int, default=20)
     a("--per_device_eval_batch_size", type=int, default=10)
     a("--eval_bptt", type=int, default=200)
@@ -121,13 +122,21 @@ def build_model(args, tokenizer):
     return PointerSentinelForCausalLM(config)
 
 
+def accelerate_broadcast(accelerator, flag: bool) -> bool:
+    if accelerator.num_processes == 1:
+        return flag
+    from accelerate.utils import broadcast
+
+    return bool(broadcast(torch.tensor([flag], device=accelerator.device)).item())
+
+
 class TrainState:
     """Rank-independent counters, saved with accelerator.save_state (main process)."""
 
     def __init__(self, lr):
         self.epoch, self.segment, self.step, self.lr = 0, 0, 0, lr
         self.val_losses: list[float] = []
-        self.best_val, self.bad_epochs = math.inf, 0
+        self.best_val, self.bad_epochs, self.targets_seen = math.inf, 0, 0
 
     def state_dict(self):
         return dict(vars(self))
@@ -231,6 +240,7 @@ def main(argv=None):
         return totals[0].item() / totals[1].item()
 
     # ---- training ----
+    start_time = time.perf_counter()
     best_state = None
     stop = False
     model.train()
@@ -263,6 +273,7 @@ def main(argv=None):
             run_nll += nll.item()
             run_n += k * B
             tokens += k * B * W  # targets trained on, all ranks
+            state.targets_seen += k * B * W
             bar.update(1)
             if state.step % args.log_every == 0 or state.segment == len(schedule):
                 rate = tokens / (time.perf_counter() - t0)  # targets per second
@@ -278,7 +289,10 @@ def main(argv=None):
                 ckpt = out_dir / f"step_{state.step}"
                 accelerator.save_state(ckpt)
                 torch.save(cache.state_dict(), ckpt / f"stream_state_{rank}.pt")
-            if args.max_train_steps and state.step >= args.max_train_steps:
+            out_of_time = args.max_train_minutes and time.perf_counter() - start_time > 60 * args.max_train_minutes
+            if args.max_train_minutes:  # the main process's clock decides, so every rank stops on the same step
+                out_of_time = bool(accelerate_broadcast(accelerator, out_of_time))
+            if (args.max_train_steps and state.step >= args.max_train_steps) or out_of_time:
                 stop = True
                 break
         bar.close()
@@ -319,6 +333,8 @@ def main(argv=None):
     for split in ("validation", "test"):
         if split in evals:
             results[f"{split}_ppl"] = math.exp(evaluate(split))
+    results["train_minutes"] = (time.perf_counter() - start_time) / 60
+    results["targets_seen"] = state.targets_seen
     accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()))
     log({"step": state.step, **results})
     accelerator.wait_for_everyone()

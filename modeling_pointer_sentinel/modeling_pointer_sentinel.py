@@ -482,8 +482,21 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             x = locked_dropout(x, cfg.output_dropout if last else cfg.hidden_dropout, self.training)
         cache.hidden, cache.cell = new_h, new_c
         cache.seen_tokens += T
-        # The pointer's keys: the cached window then this chunk, with validity (padding never enters the window).
-        L = cfg.pointer_window
+        memory = self._update_window(cache, x, input_ids, mask) if cfg.use_pointer else None
+
+        use_cache = use_cache if use_cache is not None else (cfg.use_cache and not self.training)
+        out = PointerSentinelModelOutput(
+            last_hidden_state=x,
+            past_key_values=cache if (use_cache or past_key_values is not None) else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            pointer_memory=memory,
+            split_state=(split_h, split_c) if split_state_at else None,
+        )
+        return out if return_dict else out.to_tuple()
+
+    def _update_window(self, cache, x, input_ids, mask):
+        """The pointer's keys: the cached window then this chunk, with validity (padding never enters the window)."""
+        B, L = x.shape[0], self.config.pointer_window
         if cache.window_states is None:
             cache.window_states = x.new_zeros(B, L, x.shape[-1])
             cache.window_ids = input_ids.new_zeros(B, L)
@@ -494,16 +507,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             [cache.window_mask, mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)], 1
         )
         cache.window_states, cache.window_ids, cache.window_mask = keys[:, -L:], key_ids[:, -L:], key_mask[:, -L:]
-
-        use_cache = use_cache if use_cache is not None else (cfg.use_cache and not self.training)
-        out = PointerSentinelModelOutput(
-            last_hidden_state=x,
-            past_key_values=cache if (use_cache or past_key_values is not None) else None,
-            hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            pointer_memory=(keys, key_ids, key_mask),
-            split_state=(split_h, split_c) if split_state_at else None,
-        )
-        return out if return_dict else out.to_tuple()
+        return keys, key_ids, key_mask
 
 
 class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin):
@@ -604,9 +608,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         )
         h = base.last_hidden_state  # (B, T, D)
         B, T, _ = h.shape
-        keys, key_ids, key_mask = base.pointer_memory
         L = self.config.pointer_window
         if self.pointer is not None:
+            keys, key_ids, key_mask = base.pointer_memory
             log_gate, log_attn = self.pointer(h, keys, key_mask)  # (B, T), (B, T, L)
             window_ids = key_ids.unfold(1, L, 1)[:, 1:]  # (B, T, L): ids of positions t-L+1 ... t
             attention = log_attn.exp()

@@ -96,3 +96,38 @@ def test_gate_statistics_and_pictures(tmp_path):
     for name in ("gate.png", "buckets.png", "window.png"):
         assert plt.imread(tmp_path / name).shape[0] > 100
     assert "<span" in (tmp_path / "window.html").read_text()
+
+
+def test_evaluate_script_end_to_end(tmp_path):
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from evaluate import main
+
+    lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * 20
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    tok = build_word_level_tokenizer(lines)
+    for name, seed in (("a", 0), ("b", 1)):
+        tiny_model(seed=seed, vocab_size=len(tok)).save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    files = ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt"),
+             "--test_file", str(tmp_path / "test.txt")]  # fmt: skip
+    res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--compare", str(tmp_path / "b"),
+                "--plots", str(tmp_path / "plots"), "--output_json", str(tmp_path / "r.json")])  # fmt: skip
+    n_tokens = sum(len(line.split()) + 1 for line in lines)
+    assert res["tokens"] == 2 * (n_tokens // 2 - 1)  # two streams, every target once
+    best = res["cache_grid_best_on_validation"]
+    assert (res["cache"]["window"], res["cache"]["theta"], res["cache"]["lam"]) == (
+        best["window"],
+        best["theta"],
+        best["lam"],
+    )
+    assert best["ppl"] == min(r["ppl"] for r in res["cache_grid"])
+    # valid and test files are identical here, so the test perplexity with the cache is the grid's best
+    assert res["ppl_with_cache"] == pytest.approx(best["ppl"], rel=1e-9)
+    assert len(res["compare"]["bucket_log_ppl_gain"]) == 10
+    for name in ("gate_histogram.png", "frequency_buckets.png", "pointer_0.png", "pointer_0.html"):
+        assert (tmp_path / "plots" / name).stat().st_size > 0
