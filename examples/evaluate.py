@@ -30,7 +30,12 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     plot_gate_histogram,
     pointer_window_picture,
 )
-from modeling_pointer_sentinel.training import encode_lines, load_text_splits, shard_streams  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    add_data_arguments,
+    encode_lines,
+    load_text_splits,
+    shard_streams,
+)
 
 
 def parse_args(argv=None):
@@ -38,11 +43,7 @@ def parse_args(argv=None):
     a = p.add_argument
     a("model", help="a directory written by save_pretrained (model and tokenizer)")
     a("--split", default="test", choices=["validation", "test"])
-    a("--dataset_name")
-    a("--dataset_config_name")
-    a("--train_file")
-    a("--validation_file")
-    a("--test_file")
+    add_data_arguments(p)
     a("--batch_size", type=int, default=10)
     a("--bptt", type=int, default=200)
     a("--max_tokens", type=int, default=None, help="evaluate the first N tokens only")

@@ -27,6 +27,7 @@ from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfi
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
+    add_data_arguments,
     encode_lines,
     evaluate_stream,
     load_text_splits,
@@ -43,11 +44,7 @@ def parse_args(argv=None):
     a = p.add_argument
     a("--config", help="JSON file of flag defaults; its 'model' entry holds PointerSentinelConfig fields")
     # data
-    a("--dataset_name", help="a Hugging Face datasets name, e.g. wikitext (default: the bundled WikiText-2)")
-    a("--dataset_config_name", help="e.g. wikitext-2-v1")
-    a("--train_file")
-    a("--validation_file")
-    a("--test_file")
+    add_data_arguments(p)
     a("--tokenizer_name", help="a saved tokenizer (default: build a word-level one from the training split)")
     a("--model_name_or_path", help="continue from a saved model (its tokenizer must match)")
     # scheme
