@@ -10,6 +10,7 @@ Results go to OUT/results.json and OUT/results.md; pictures to OUT/<dataset>_plo
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -59,6 +60,9 @@ def main(argv=None):
             if proc.wait() != 0:
                 raise SystemExit(f"training {name}/{kind} failed: see {out / f'{name}_{kind}.train.log'}")
         res = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
+        for kind, run_dir in runs.items():  # keep the logs beside the (ignored) model directories
+            shutil.copy(run_dir / "log.jsonl", out / f"{name}_{kind}.log.jsonl")
+            shutil.copy(run_dir / "results.json", out / f"{name}_{kind}.results.json")
         # evaluation: test split, batch 10, state carried; the plain model with a cache tuned on validation
         ev = {}
         for kind, extra in (("pointer", ["--compare", str(runs["plain"]), "--plots", str(out / f"{name}_plots")]),
