@@ -321,6 +321,7 @@ def main(argv=None):
             break
 
     # ---- final: best weights, test perplexity, save, sample ----
+    train_minutes = (time.perf_counter() - start_time) / 60  # training and per-epoch validation, not the final passes
     if best_state is not None:
         raw.load_state_dict(best_state)  # holds the averaged weights when NT-ASGD was on
     elif averager.active:
@@ -330,7 +331,7 @@ def main(argv=None):
     for split in ("validation", "test"):
         if split in evals:
             results[f"{split}_ppl"] = math.exp(evaluate(split))
-    results["train_minutes"] = (time.perf_counter() - start_time) / 60
+    results["train_minutes"] = train_minutes
     results["targets_seen"] = state.targets_seen
     accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()))
     log({"step": state.step, **results})
