@@ -47,6 +47,10 @@ def pointer_mixture(
     vocab_log_probs (..., V), log_gate (...), pointer_probs (..., L) with 0 on empty slots, window_ids (..., L).
     """
     log_p = vocab_log_probs + log_gate.unsqueeze(-1)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, pointer_probs))):
+        # No gradient (decoding, scoring): scatter the mass per word; duplicate ids then write equal values.
+        mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, pointer_probs).gather(-1, window_ids)
+        return log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), torch.log(mass)))
     # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
     same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
     word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)

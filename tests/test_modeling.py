@@ -307,10 +307,12 @@ def test_pointer_mixture_equals_dense_scatter(batch, L, V, seed):
     a = both[:, :-1].masked_fill(empty, 0)
     gate = 1 - a.sum(-1)
     ids = torch.randint(0, V, (batch, L), generator=g)
-    mixed = pointer_mixture(vocab, gate.log(), a, ids)
+    mixed = pointer_mixture(vocab, gate.log(), a, ids)  # no-grad path
     dense = gate[:, None] * vocab.exp() + torch.zeros(batch, V, dtype=torch.float64).scatter_add(-1, ids, a)
     torch.testing.assert_close(mixed.exp(), dense)
     torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(batch, dtype=torch.float64))
+    with_grad = pointer_mixture(vocab.requires_grad_(), gate.log(), a, ids)  # gradient-safe path: same values
+    torch.testing.assert_close(with_grad.detach(), mixed)
 
 
 def test_cache_reorder_and_detach():
