@@ -24,12 +24,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     add_data_arguments,
     encode_lines,
-    evaluate_stream,
     load_text_splits,
     make_segment,
     nt_asgd_triggered,
@@ -97,7 +97,7 @@ def parse_args(argv=None):
     return args
 
 
-def build_tokenizer(args, train_lines, accelerator):
+def build_tokenizer(args, train_lines):
     if args.tokenizer_name or args.model_name_or_path:
         return AutoTokenizer.from_pretrained(args.tokenizer_name or args.model_name_or_path)
     return build_word_level_tokenizer(train_lines)
@@ -168,7 +168,7 @@ def main(argv=None):
         )
     if "train" not in splits or not any(line.strip() for line in splits["train"]):
         raise ValueError("The training split is empty.")
-    tokenizer = build_tokenizer(args, splits["train"], accelerator)
+    tokenizer = build_tokenizer(args, splits["train"])
     model = build_model(args, tokenizer)
     cfg = model.config
     ids = {split: encode_lines(tokenizer, lines) for split, lines in splits.items()}
@@ -229,7 +229,8 @@ def main(argv=None):
         model.eval()
         averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
         bar = tqdm(total=evals[split].numel(), desc=split, leave=False, disable=not accelerator.is_local_main_process)
-        nll, count = evaluate_stream(raw, evals[split], args.eval_bptt, bar)
+        outputs = collect_outputs(raw, evals[split], args.eval_bptt, progress=bar)
+        nll, count = -outputs.log_probs.double().sum().item(), outputs.targets.numel()
         bar.close()
         averager.swap()
         model.train()

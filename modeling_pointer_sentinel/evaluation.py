@@ -3,7 +3,6 @@ gate statistics and pointer pictures. Everything works on per-target outputs of 
 implementation of the mixture)."""
 
 import math
-from collections import Counter
 from dataclasses import dataclass
 
 import torch
@@ -180,10 +179,8 @@ def gate_statistics(outputs: StreamOutputs, tokenizer=None, top: int = 20, min_c
     lp, vlp, g = outputs.log_probs.double(), outputs.vocab_log_probs.double(), outputs.gate.double()
     pointer_share = (1 - torch.exp(g.clamp_min(1e-300).log() + vlp - lp)).clamp(0, 1)  # of p(y)
     by_word: dict[int, list[float]] = {}
-    total = Counter()
     for w, s in zip(outputs.targets.flatten().tolist(), pointer_share.flatten().tolist(), strict=True):
         by_word.setdefault(w, []).append(s)
-        total[w] += 1
     words = [(w, sum(v) / len(v), len(v)) for w, v in by_word.items() if len(v) >= min_count]
     words.sort(key=lambda r: -r[1])
     name = (lambda i: tokenizer.convert_ids_to_tokens(i)) if tokenizer is not None else str

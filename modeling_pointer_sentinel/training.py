@@ -8,7 +8,6 @@ Two schemes (see README "Training schemes"):
   Algorithm 1 with k1 targets per update, k2 = L). The LSTM state at the next segment's start carries over.
 """
 
-import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,22 +144,6 @@ def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str):
     return out.loss, out, nxt
 
 
-@torch.no_grad()
-def evaluate_stream(model, streams: torch.Tensor, bptt: int = 200, progress=None) -> tuple[float, int]:
-    """Summed NLL and target count over (B, N) streams, state carried across chunks (standard word-LM eval)."""
-    cache, nll, count = PointerSentinelCache(), 0.0, 0
-    for p in range(0, streams.shape[1] - 1, bptt):
-        k = min(bptt, streams.shape[1] - 1 - p)
-        out = model(streams[:, p : p + k], shift_labels=streams[:, p + 1 : p + k + 1].contiguous(),
-                    past_key_values=cache, use_cache=True, num_items_in_batch=1, logits_to_keep=1)  # fmt: skip
-        cache = out.past_key_values
-        nll += out.loss.item()
-        count += k * streams.shape[0]
-        if progress is not None:
-            progress.update(k * streams.shape[0])
-    return nll, count
-
-
 class ParameterAverager:
     """Polyak averaging of the weights from a trigger on: NT-ASGD (Merity et al., 2017) is SGD plus this average,
     switched on when validation has not improved on the best of all but the last `nonmono` epochs."""
@@ -211,7 +194,3 @@ class ParameterAverager:
 def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:
     """AWD-LSTM's non-monotone trigger: the latest validation loss is worse than the best before the last nonmono."""
     return len(val_losses) > nonmono and val_losses[-1] > min(val_losses[:-nonmono])
-
-
-def perplexity(nll: float, count: int) -> float:
-    return math.exp(nll / max(count, 1))
