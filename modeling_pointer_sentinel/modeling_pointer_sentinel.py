@@ -182,17 +182,15 @@ class PointerSentinelLogitsProcessor(LogitsProcessor):
 class PointerSentinelModelOutput(ModelOutput):
     """
     last_hidden_state (B, T, D): h_t, the last LSTM layer's outputs after output dropout (what the heads read).
-    past_key_values (`PointerSentinelCache`): recurrent state and pointer window after this call.
+    past_key_values (`PointerSentinelCache`): the recurrent state after this call (the pointer window in it is
+        the causal-LM head's).
     hidden_states: the embeddings and every LSTM layer's outputs, each (B, T, *), when requested.
-    pointer_memory: (states (B, L+T, D), ids (B, L+T), mask (B, L+T)): the L positions before this call, then
-        this call's; the keys the pointer attends over (mask False where no token or padding).
     split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     past_key_values: PointerSentinelCache | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
-    pointer_memory: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
 
 
@@ -266,7 +264,7 @@ class PointerSentinelLSTMLayer(nn.Module):
         """x (B, T, I), h0/c0 (B, H), mask (B, T) bool or None -> outputs (B, T, H), h (B, H), c (B, H), and the
         state after the first `split` steps (None without split). One weight-drop mask serves the whole call."""
         w_hh = F.dropout(self.weight_hh, self.weight_drop, self.training) if self.weight_drop else self.weight_hh
-        weights = [self.weight_ih, w_hh, self.bias_ih, self.bias_hh]
+        weights = _one_chunk([self.weight_ih, w_hh, self.bias_ih, self.bias_hh], x)
         if not split:
             return *self._run(x, h0, c0, mask, weights), None
         m1, m2 = (None, None) if mask is None else (mask[:, :split], mask[:, split:])
@@ -277,26 +275,33 @@ class PointerSentinelLSTMLayer(nn.Module):
     def _run(self, x, h0, c0, mask, weights):
         if x.shape[1] == 0:
             return x.new_zeros(x.shape[0], 0, self.hidden_size), h0, c0
-        if mask is None and self.zoneout == 0:
+        if self.zoneout == 0 and (mask is None or x.shape[1] == 1):
             out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, self.training, False, True)
-            return out, h[0], c[0]
+            h, c = h[0], c[0]
+            if mask is not None:  # one step (decoding): a padded row keeps its state, decided on the device
+                h, c = torch.where(mask, h, h0), torch.where(mask, c, c0)
+                out = h[:, None]
+            return out, h, c
         return self._step_loop(x, h0, c0, mask, weights)
 
     def _step_loop(self, x, h, c, mask, weights):
-        outputs, p = [], self.zoneout
-        x_proj = F.linear(x, weights[0], weights[2])  # input projection for all steps at once
-        for t in range(x.shape[1]):
-            gates = x_proj[:, t] + F.linear(h, weights[1], weights[3])
+        """Zoneout and padded inputs: one step at a time. Both biases fold into one input projection for all steps
+        and zoneout draws its masks for all steps at once, so a step is one matmul and a few pointwise ops (which
+        `torch.compile` fuses)."""
+        w_ih, w_hh, b_ih, b_hh = weights
+        x_proj = F.linear(x, w_ih, b_ih + b_hh)
+        p, T = self.zoneout, x.shape[1]
+        if p > 0 and self.training:  # keep each unit's previous value with probability p
+            keep = torch.empty(2, T, *h.shape, dtype=h.dtype, device=h.device).bernoulli_(p)
+        outputs = []
+        for t in range(T):
+            gates = torch.addmm(x_proj[:, t], h.to(x_proj.dtype), w_hh.t())
             i, f, g, o = gates.chunk(4, -1)
             c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h_new = torch.sigmoid(o) * torch.tanh(c_new)
-            if p > 0:  # zoneout: keep each unit's previous value with probability p (its expectation at eval)
-                if self.training:
-                    keep_h = torch.empty_like(h).bernoulli_(p)
-                    keep_c = torch.empty_like(c).bernoulli_(p)
-                    h_new, c_new = torch.lerp(h_new, h, keep_h), torch.lerp(c_new, c, keep_c)
-                else:
-                    h_new, c_new = torch.lerp(h_new, h, p), torch.lerp(c_new, c, p)
+            if p > 0:  # zoneout; at evaluation its expectation, h = p h_prev + (1 - p) h_new
+                keep_h, keep_c = (keep[0, t], keep[1, t]) if self.training else (p, p)
+                h_new, c_new = torch.lerp(h_new, h, keep_h), torch.lerp(c_new, c, keep_c)
             if mask is not None:  # padding neither moves the state nor produces a new output
                 m = mask[:, t, None]
                 h_new, c_new = torch.where(m, h_new, h), torch.where(m, c_new, c)
@@ -305,42 +310,67 @@ class PointerSentinelLSTMLayer(nn.Module):
         return torch.stack(outputs, 1), h, c
 
 
+def _one_chunk(weights: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
+    """cuDNN wants a layer's four tensors as views of one buffer; otherwise it warns and re-packs them on every
+    call (weight drop and autocast both make new tensors). One cat in the compute dtype gives it that buffer."""
+    if not x.is_cuda:
+        return weights
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else weights[0].dtype
+    flat = torch.cat([w.reshape(-1) for w in weights]).to(dtype)
+    return [t.view_as(w) for t, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
+
+
+def sliding_window(memory: torch.Tensor, L: int) -> torch.Tensor:
+    """The pointer's window, defined once. memory (B, L+T, *) holds the L positions before this call, then this
+    call's T. Returns the view (B, T, *, L) whose row t holds positions t-L+1 ... t (oldest first, current last);
+    the cache keeps row T-1, the last L entries of memory."""
+    return memory[:, 1:].unfold(1, L, 1)
+
+
+def window_scores(q: torch.Tensor, keys: torch.Tensor, L: int) -> torch.Tensor:
+    """z[b, t, j] = q_t . k for the j-th state k of sliding_window(keys, L): (B, T, D), (B, L+T, D) -> (B, T, L).
+
+    Without materialising that (B, T, D, L) view: queries in blocks of L score the 2L keys they can see in one
+    batched matmul (O(T L D) work for any T), and each (L, 2L) block's band, row r at columns r ... r+L-1, is read
+    off as a strided view (a row of the flattened block is 2L + 1 apart from the next one's band start).
+    """
+    B, T, D = q.shape
+    if T == 1:  # decoding
+        return (q.unsqueeze(-2) @ sliding_window(keys, L)).squeeze(-2)
+    n = -(-T // L)
+    qb = F.pad(q, (0, 0, 0, n * L - T)).view(B, n, L, D)
+    kb = F.pad(keys[:, 1:], (0, 0, 0, n * L - T + 1)).unfold(1, 2 * L, L)  # (B, n, D, 2L)
+    band = (qb @ kb).flatten(-2).unfold(-1, L, 2 * L + 1)  # (B, n, L, L)
+    return band.reshape(B, n * L, L)[:, :T]
+
+
+def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
+    """The newest L positions of t (B, n, *), with empty (zero / False) slots in front when n < L."""
+    if t.shape[1] >= L:
+        return t[:, t.shape[1] - L :]
+    return torch.cat([t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:]), t], 1)
+
+
 class PointerSentinelHead(nn.Module):
     """Pointer attention over the window and the gate between pointer and vocabulary softmax."""
 
     def __init__(self, config: PointerSentinelConfig):
         super().__init__()
         d = config.output_size
-        self.gate_type, self.window = config.gate_type, config.pointer_window
+        self.gate_type = config.gate_type
         self.query = nn.Linear(d, d)  # q = tanh(W h_t + b)
         if config.gate_type == "sentinel":
             self.sentinel = nn.Parameter(torch.empty(d))  # s
         else:  # Gulcehre et al.'s switch: g = sigmoid(MLP(h_t)), pointer softmax over the window alone
             self.switch = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
 
-    def forward(self, h, keys, key_mask):
-        """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk], key_mask (B, L+T).
-
-        Query t attends to keys t+1 ... t+L (positions t-L+1 ... t). Returns log g (B, T), log a (B, T, L).
-        """
+    def forward(self, h, keys, valid):
+        """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk]; valid (B, T, L) the window's real
+        positions. Returns log g (B, T) and log a (B, T, L) over positions t-L+1 ... t."""
         q = torch.tanh(self.query(h))
-        L, T = self.window, h.shape[1]
-        if T == 1:  # decoding: the window is simply the last L keys
-            z, valid = q @ keys[:, 1:].transpose(1, 2), key_mask[:, None, 1:]
-        else:  # banded scores, in query blocks of L so work stays O(T L D) for long chunks
-            blocks = []
-            for s in range(0, T, L):
-                qb = q[:, s : s + L]
-                kb = keys[:, s + 1 : s + qb.shape[1] + L]  # (B, b+L-1, D)
-                scores = qb @ kb.transpose(1, 2)
-                band = torch.arange(qb.shape[1], device=h.device)[:, None] + torch.arange(L, device=h.device)
-                blocks.append(scores.gather(-1, band.expand(scores.shape[0], -1, -1)))
-            z = torch.cat(blocks, 1)  # (B, T, L)
-            valid = key_mask.unfold(1, L, 1)[:, 1:]  # (B, T, L)
-        z = z.masked_fill(~valid, -torch.inf)
+        z = window_scores(q, keys, valid.shape[-1]).masked_fill(~valid, -torch.inf)
         if self.gate_type == "sentinel":
-            logits = torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1)
-            log_a = torch.log_softmax(logits, -1)
+            log_a = torch.log_softmax(torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1), -1)
             return log_a[..., -1], log_a[..., :-1]
         # Switch: a padded position with an empty window gets g = 1 rather than a softmax over nothing.
         any_valid = valid.any(-1, keepdim=True)
@@ -397,8 +427,8 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
 
 
 class PointerSentinelModel(PointerSentinelPreTrainedModel):
-    """Embeddings and the LSTM stack: tokens -> h_t, plus the recurrent state. Owns the pointer window's bookkeeping
-    (the window holds the last layer's outputs), so the causal-LM head only scores it."""
+    """Embeddings and the LSTM stack, a plain LSTM: tokens -> h_t, plus the recurrent state. The pointer and its
+    window of past states belong to `PointerSentinelForCausalLM`."""
 
     def __init__(self, config: PointerSentinelConfig):
         super().__init__(config)
@@ -427,9 +457,12 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             raise ValueError("input_ids must be a (batch, sequence) tensor of token ids.")
         if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
-        lo, hi = (int(v) for v in torch.aminmax(input_ids))
-        if lo < 0 or hi >= self.config.vocab_size:
-            raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size}), got values in [{lo}, {hi}].")
+        # Checked where it is free: on an accelerator reading the range back would stall the device on every call
+        # (an out-of-range id then fails inside the embedding kernel), and under torch.compile it breaks the graph.
+        if input_ids.device.type == "cpu" and not torch.compiler.is_compiling():
+            lo, hi = (int(v) for v in torch.aminmax(input_ids))
+            if lo < 0 or hi >= self.config.vocab_size:
+                raise ValueError(f"input_ids must lie in [0, {self.config.vocab_size}), got values in [{lo}, {hi}].")
         if mask is not None and (
             mask.dim() != 2 or mask.shape[0] != input_ids.shape[0] or mask.shape[1] < input_ids.shape[1]
         ):
@@ -463,7 +496,8 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         B, T = input_ids.shape
         # generate passes the mask of the whole sequence so far; this call covers its last T columns.
         mask = None if attention_mask is None else attention_mask[:, -T:].bool()
-        dense_mask = mask if mask is None or not bool(mask.all()) else None
+        if mask is not None and T > 1 and not torch.compiler.is_compiling() and bool(mask.all()):
+            mask = None  # an unpadded prompt takes the fused kernel: one host sync per prompt, none per decoded token
         cache = past_key_values if past_key_values is not None else PointerSentinelCache()
         if cache.hidden is None:
             cache.hidden = [input_ids.new_zeros(B, layer.hidden_size, dtype=self.dtype) for layer in self.layers]
@@ -474,7 +508,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         x = locked_dropout(x, cfg.input_dropout, self.training)
         new_h, new_c, split_h, split_c = [], [], [], []
         for i, layer in enumerate(self.layers):
-            x, h, c, at_split = layer(x, cache.hidden[i], cache.cell[i], dense_mask, split_state_at)
+            x, h, c, at_split = layer(x, cache.hidden[i], cache.cell[i], mask, split_state_at)
             new_h.append(h)
             new_c.append(c)
             if at_split is not None:
@@ -484,34 +518,18 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
                 all_hidden.append(x)
             last = i == len(self.layers) - 1
             x = locked_dropout(x, cfg.output_dropout if last else cfg.hidden_dropout, self.training)
-        cache.hidden, cache.cell = new_h, new_c
+        # The state keeps the parameters' dtype: a bf16 state from an autocast call would break a later fp32 call.
+        cache.hidden, cache.cell = [h.to(self.dtype) for h in new_h], [c.to(self.dtype) for c in new_c]
         cache.seen_tokens += T
-        memory = self._update_window(cache, x, input_ids, mask) if cfg.use_pointer else None
 
         use_cache = use_cache if use_cache is not None else (cfg.use_cache and not self.training)
         out = PointerSentinelModelOutput(
             last_hidden_state=x,
             past_key_values=cache if (use_cache or past_key_values is not None) else None,
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
-            pointer_memory=memory,
             split_state=(split_h, split_c) if split_state_at else None,
         )
         return out if return_dict else out.to_tuple()
-
-    def _update_window(self, cache, x, input_ids, mask):
-        """The pointer's keys: the cached window then this chunk, with validity (padding never enters the window)."""
-        B, L = x.shape[0], self.config.pointer_window
-        if cache.window_states is None:
-            cache.window_states = x.new_zeros(B, L, x.shape[-1])
-            cache.window_ids = input_ids.new_zeros(B, L)
-            cache.window_mask = torch.zeros(B, L, dtype=torch.bool, device=x.device)
-        keys = torch.cat([cache.window_states, x], 1)
-        key_ids = torch.cat([cache.window_ids, input_ids], 1)
-        key_mask = torch.cat(
-            [cache.window_mask, mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)], 1
-        )
-        cache.window_states, cache.window_ids, cache.window_mask = keys[:, -L:], key_ids[:, -L:], key_mask[:, -L:]
-        return keys, key_ids, key_mask
 
 
 class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin):
@@ -566,6 +584,24 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 processors.insert(0, PointerSentinelLogitsProcessor(stash))
         return processors
 
+    # --- pointer memory ------------------------------------------------------------------------------------------
+    def _pointer_memory(self, cache, h, input_ids, mask):
+        """The pointer's keys, their ids and validity, (B, L+T, *): the cached window, then this call. The cache keeps
+        the last L (padding never counts as a real position). Stored in the parameters' dtype, like the state."""
+        L, dtype = self.config.pointer_window, self.dtype
+        if cache.window_states is None:
+            cache.window_states = h.new_zeros(h.shape[0], 0, h.shape[-1], dtype=dtype)
+            cache.window_ids = input_ids.new_zeros(h.shape[0], 0)
+            cache.window_mask = torch.zeros(h.shape[0], 0, dtype=torch.bool, device=h.device)
+        valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        memory = (
+            torch.cat([_left_fit(cache.window_states, L), h.to(dtype)], 1),
+            torch.cat([_left_fit(cache.window_ids, L), input_ids], 1),
+            torch.cat([_left_fit(cache.window_mask, L), valid], 1),
+        )
+        cache.window_states, cache.window_ids, cache.window_mask = (m[:, -L:] for m in memory)
+        return memory
+
     # --- forward -------------------------------------------------------------------------------------------------
     def forward(
         self,
@@ -601,53 +637,61 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 )
         if labels is not None:
             shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
+        use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+        cache = past_key_values if past_key_values is not None else PointerSentinelCache()
         base = self.model(
             input_ids,
             attention_mask,
-            past_key_values,
-            use_cache,
+            cache,
+            True,
             output_hidden_states,
             return_dict=True,
             split_state_at=split_state_at,
         )
         h = base.last_hidden_state  # (B, T, D)
         B, T, _ = h.shape
-        L = self.config.pointer_window
+        L = self.config.pointer_window  # read per call, so it may be changed after loading
+        mask = None if attention_mask is None else attention_mask[:, -T:].bool()
         if self.pointer is not None:
-            keys, key_ids, key_mask = base.pointer_memory
-            log_gate, log_attn = self.pointer(h, keys, key_mask)  # (B, T), (B, T, L)
-            window_ids = key_ids.unfold(1, L, 1)[:, 1:]  # (B, T, L): ids of positions t-L+1 ... t
-            attention = log_attn.exp()
-            gate = log_gate.exp()
+            keys, key_ids, key_valid = self._pointer_memory(cache, h, input_ids, mask)
+            window_ids = sliding_window(key_ids, L)  # (B, T, L)
+            log_gate, log_attn = self.pointer(h, keys, sliding_window(key_valid, L))  # (B, T), (B, T, L)
+            attention, gate = log_attn.exp(), log_gate.exp()
         else:
-            gate = h.new_ones(B, T)
-            attention = None
+            gate, attention = h.new_ones(B, T), None
 
+        # Every position is computed and the uncounted ones are masked out: boolean indexing would sync the host
+        # and give data-dependent shapes (a graph break under torch.compile).
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         loss = pointer_loss = target_log_probs = vocab_target_log_probs = None
         if shift_labels is not None:
             counted = shift_labels != -100
-            if attention_mask is not None:
-                counted &= attention_mask[:, -T:].bool()
-            y = shift_labels[counted]
-            vocab_nll = F.cross_entropy(_upcast(self.lm_head(h[counted])), y, reduction="none")
-            n = num_items_in_batch if num_items_in_batch is not None else y.numel()
-            vocab_target_log_probs = vocab_nll.new_zeros(B, T).masked_scatter(counted, -vocab_nll.detach())
+            if mask is not None:
+                counted = counted & mask
+            y = shift_labels.masked_fill(~counted, 0)
+            all_vocab_logits = self.lm_head(h)  # once; the kept positions' logits are a slice of it
+            vocab_log_p = -F.cross_entropy(_upcast(all_vocab_logits).flatten(0, 1), y.flatten(), reduction="none")
+            vocab_log_p = vocab_log_p.view(B, T)
+            n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
+            vocab_target_log_probs = torch.where(counted, vocab_log_p.detach(), 0)
             if self.pointer is None:
-                loss = vocab_nll.sum() / n
+                loss = -torch.where(counted, vocab_log_p, 0).sum() / n
                 target_log_probs = vocab_target_log_probs
             else:
-                log_p, log_ptr_or_gate = pointer_target_log_prob(
-                    -vocab_nll, _upcast(log_gate[counted]), _upcast(log_attn[counted]), window_ids[counted], y
+                log_p, log_gate_or_hit = pointer_target_log_prob(
+                    vocab_log_p, _upcast(log_gate), _upcast(log_attn), window_ids, y
                 )
-                loss = -log_p.sum() / n
-                pointer_loss = -log_ptr_or_gate.sum() / n
-                target_log_probs = vocab_target_log_probs.masked_scatter(counted, log_p.detach())
+                loss = -torch.where(counted, log_p, 0).sum() / n
+                pointer_loss = -torch.where(counted, log_gate_or_hit, 0).sum() / n
+                target_log_probs = torch.where(counted, log_p.detach(), 0)
                 if self.config.pointer_loss_weight:
                     loss = loss + self.config.pointer_loss_weight * pointer_loss
+            vocab_logits = all_vocab_logits[:, keep]
+        else:
+            vocab_logits = self.lm_head(h[:, keep])
 
-        # Logits only for the kept positions: full mixtures are for scoring and generation, never for the loss.
-        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
-        vocab_logits = self.lm_head(h[:, keep])
+        # The full mixture is for scoring and generation. Next to a loss it is a report: it carries no gradient,
+        # so training never builds a (B, T, V) graph for it (pass logits_to_keep=1 to skip most of the work).
         if self.pointer is None:
             logits = vocab_logits
         elif pointer_stash is not None:
@@ -656,19 +700,20 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             pointer_stash.window_ids = window_ids[:, -1]
             logits = torch.log_softmax(_upcast(vocab_logits), -1)
         else:
-            logits = pointer_mixture(
-                torch.log_softmax(_upcast(vocab_logits), -1),
-                _upcast(log_gate[:, keep]),
-                _upcast(attention[:, keep]),
-                window_ids[:, keep],
-            )
+            with torch.set_grad_enabled(torch.is_grad_enabled() and loss is None):
+                logits = pointer_mixture(
+                    torch.log_softmax(_upcast(vocab_logits), -1),
+                    _upcast(log_gate[:, keep]),
+                    _upcast(attention[:, keep]),
+                    window_ids[:, keep],
+                )
 
         if attention is None:
             attention = h.new_zeros(B, T, L)
         out = PointerSentinelCausalLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=base.past_key_values,
+            past_key_values=cache if (use_cache or past_key_values is not None) else None,
             hidden_states=base.hidden_states,
             vocab_logits=vocab_logits,
             gate=gate,

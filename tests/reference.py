@@ -5,11 +5,13 @@ import math
 import torch
 
 
-def lstm_step(x, h, c, layer):
+def lstm_step(x, h, c, layer, zoneout=0.0):
     gates = layer.weight_ih @ x + layer.bias_ih + layer.weight_hh @ h + layer.bias_hh
     i, f, g, o = gates.chunk(4)
-    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-    return torch.sigmoid(o) * torch.tanh(c), c
+    c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h_new = torch.sigmoid(o) * torch.tanh(c_new)
+    # zoneout at evaluation: each unit keeps its old value with probability p, so use the expectation
+    return zoneout * h + (1 - zoneout) * h_new, zoneout * c + (1 - zoneout) * c_new
 
 
 @torch.no_grad()
@@ -24,7 +26,7 @@ def reference(model, ids):
     for t in range(T):
         x = lstm.embed_tokens.weight[ids[t]]
         for k, layer in enumerate(lstm.layers):
-            hs[k], cs[k] = lstm_step(x, hs[k], cs[k], layer)
+            hs[k], cs[k] = lstm_step(x, hs[k], cs[k], layer, cfg.zoneout)
             x = hs[k]
         top.append(x)
     out = []

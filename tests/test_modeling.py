@@ -15,6 +15,7 @@ from modeling_pointer_sentinel import (
     PointerSentinelModel,
     pointer_mixture,
 )
+from modeling_pointer_sentinel.modeling_pointer_sentinel import sliding_window, window_scores
 
 
 def repeated_ids(T=13, V=23, seed=1):
@@ -23,10 +24,11 @@ def repeated_ids(T=13, V=23, seed=1):
     return torch.randint(0, min(V, 6), (2, T), generator=g)
 
 
-@pytest.mark.parametrize("gate_type", ["sentinel", "switch"])
-@pytest.mark.parametrize("tie", [False, True])
-def test_matches_loop_reference(gate_type, tie):
-    model = tiny_model(gate_type=gate_type, tie_word_embeddings=tie).double().eval()
+@pytest.mark.parametrize("gate_type,tie,zoneout", [("sentinel", False, 0.0), ("switch", False, 0.0),
+                                                   ("sentinel", True, 0.0), ("switch", True, 0.3),
+                                                   ("sentinel", False, 0.4)])  # fmt: skip
+def test_matches_loop_reference(gate_type, tie, zoneout):
+    model = tiny_model(gate_type=gate_type, tie_word_embeddings=tie, zoneout=zoneout).double().eval()
     ids = repeated_ids()
     out = model(ids, labels=ids)
     nll = []
@@ -130,18 +132,20 @@ def test_left_padding_matches_unpadded_rows():
     torch.testing.assert_close(step.logits[1], model(nxt[1:], past_key_values=ob.past_key_values).logits[0])
 
 
-def test_masked_step_loop_equals_fused_kernel():
-    model = tiny_model().eval()
-    ids = repeated_ids()
-    fused = model(ids).logits
-    looped = model(ids, attention_mask=torch.ones_like(ids).index_fill(1, torch.tensor([0]), 1)).logits
-    torch.testing.assert_close(fused, looped)
-    layer = model.model.layers[0]
-    x, h0 = torch.randn(2, 5, 8), torch.randn(2, 12)
-    out_f, hf, cf, _ = layer(x, h0, h0)
-    out_l, hl, cl = layer._step_loop(x, h0, h0, None, [layer.weight_ih, layer.weight_hh, layer.bias_ih, layer.bias_hh])
-    torch.testing.assert_close(out_f, out_l, atol=1e-6, rtol=1e-5)
-    torch.testing.assert_close(cf, cl, atol=1e-6, rtol=1e-5)
+@pytest.mark.parametrize("T", [1, 5])
+def test_masked_step_loop_equals_fused_kernel(T):
+    layer = tiny_model().model.layers[0]
+    weights = [layer.weight_ih, layer.weight_hh, layer.bias_ih, layer.bias_hh]
+    x, h0, c0 = torch.randn(3, T, 8), torch.randn(3, 12), torch.randn(3, 12)
+    out_f, hf, cf = layer._run(x, h0, c0, None, weights)  # the fused kernel
+    mask = torch.tensor([True, False, True])[:, None].expand(3, T)  # row 1 is all padding
+    for run in (layer._step_loop, layer._run):  # the step loop, and the fused kernel with a mask (T = 1 only)
+        out_l, hl, cl = run(x, h0, c0, mask, weights)
+        for got, want in ((out_l, out_f), (hl, hf), (cl, cf)):
+            torch.testing.assert_close(got[0::2], want[0::2], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(hl[1], h0[1])  # padding leaves the state as it was
+        torch.testing.assert_close(cl[1], c0[1])
+        torch.testing.assert_close(out_l[1], h0[1].expand(T, -1))
 
 
 def test_logits_to_keep():
@@ -191,7 +195,6 @@ def test_weight_drop_keeps_training_the_recurrent_matrix():
     model(ids, labels=ids).loss.backward()
     opt.step()
     assert not torch.equal(before, model.model.layers[1].weight_hh)
-    assert [n for n, _ in model.named_parameters() if "raw" in n] == []
 
 
 def test_gradients_finite_when_gate_vanishes_and_target_absent():
@@ -372,3 +375,66 @@ def test_pointer_mixture_gradient_equals_dense_reference_with_repeated_words():
     )
     for x, y in zip(ours, dense, strict=True):
         torch.testing.assert_close(x, y)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 14), st.integers(0, 2**31 - 1))
+def test_window_scores_equal_the_sliding_window_definition(L, T, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, keys = torch.randn(2, T, 3, generator=g), torch.randn(2, L + T, 3, generator=g)
+    want = torch.einsum("btd,btdl->btl", q, sliding_window(keys, L))
+    torch.testing.assert_close(window_scores(q, keys, L), want)
+    # row t of the window is positions t-L+1 ... t, i.e. memory indices t+1 ... t+L
+    positions = sliding_window(torch.arange(L + T)[None], L)[0]
+    assert positions.tolist() == [list(range(t + 1, t + L + 1)) for t in range(T)]
+
+
+@pytest.mark.parametrize("new_window", [2, 9])
+def test_pointer_window_can_change_after_construction(new_window):
+    model = tiny_model().eval()
+    ids = repeated_ids(T=13)
+    first = model(ids[:, :6], use_cache=True)  # a cache made with the old window of 5
+    model.config.pointer_window = new_window
+    fresh = tiny_model(pointer_window=new_window).eval()
+    torch.testing.assert_close(model(ids).logits, fresh(ids).logits)  # T > 1 used to crash here
+    assert model(ids).pointer_attention.shape == (2, 13, new_window)
+    # a cache from the old window continues with the new one: its newest positions are kept
+    cont = model(ids[:, 6:], past_key_values=first.past_key_values)
+    if new_window <= 5:
+        torch.testing.assert_close(cont.logits, fresh(ids).logits[:, 6:], atol=1e-5, rtol=1e-5)
+    assert torch.isfinite(cont.logits).all()
+
+
+def test_base_model_is_a_plain_lstm_and_the_lm_owns_the_pointer_memory():
+    model = tiny_model().eval()
+    ids = repeated_ids()
+    base_out = model.model(ids, use_cache=True)
+    assert base_out.past_key_values.window_states is None  # the base model keeps no pointer memory
+    assert not any("pointer" in n for n, _ in model.model.named_parameters())
+    torch.testing.assert_close(base_out.last_hidden_state, model(ids, output_hidden_states=True).last_hidden_state)
+    lm_cache = model(ids, use_cache=True).past_key_values
+    assert lm_cache.window_states.shape == (2, 5, 12) and lm_cache.window_ids.tolist() == ids[:, -5:].tolist()
+
+
+def test_cache_keeps_parameter_dtype_after_autocast():
+    model = tiny_model().eval()
+    ids = repeated_ids()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cache = model(ids[:, :7], use_cache=True).past_key_values
+    assert {t.dtype for t in cache.hidden + cache.cell + [cache.window_states]} == {torch.float32}
+    out = model(ids[:, 7:], past_key_values=cache)  # an fp32 call continuing a bf16 one used to fail
+    torch.testing.assert_close(out.logits, model(ids).logits[:, 7:], atol=0.1, rtol=0.05)
+
+
+def test_with_labels_the_softmax_runs_once_and_logits_carry_no_graph():
+    model = tiny_model().train()
+    calls = []
+    model.lm_head.register_forward_hook(lambda *a: calls.append(1))
+    ids = repeated_ids()
+    out = model(ids, labels=ids)
+    assert len(calls) == 1
+    assert out.loss.requires_grad and not out.logits.requires_grad
+    assert out.logits.shape == (2, 13, 23)
+    with torch.no_grad():
+        torch.testing.assert_close(out.vocab_logits, model.lm_head(out.last_hidden_state))
+    assert model(ids).logits.requires_grad  # without labels the mixture stays differentiable
