@@ -68,6 +68,11 @@ def streams_for(ids, batch_size, max_tokens):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.plots:  # fail now, not after the whole evaluation
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise SystemExit("--plots needs matplotlib: pip install matplotlib") from None
     tok = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     splits = load_text_splits(args.dataset_name, args.dataset_config_name, args.train_file, args.validation_file,

@@ -9,6 +9,7 @@ the schemes (`stateful`, `window`), optimisers and the cost of each.
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -28,6 +29,7 @@ from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
+    activation_penalty,
     add_data_arguments,
     encode_lines,
     load_text_splits,
@@ -87,12 +89,19 @@ def parse_args(argv=None):
     model_overrides = {}
     if pre.config:
         cfg = {k: v for k, v in json.loads(Path(pre.config).read_text()).items() if not k.startswith("_")}
-        model_overrides = cfg.pop("model", {})
+        model_overrides = {k: v for k, v in cfg.pop("model", {}).items() if not k.startswith("_")}
         unknown = set(cfg) - {act.dest for act in p._actions}
         if unknown:
             raise ValueError(f"Unknown keys in {pre.config}: {sorted(unknown)}")
+        fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
+        unknown = set(model_overrides) - fields
+        if unknown:
+            raise ValueError(f"Unknown PointerSentinelConfig fields in {pre.config} 'model': {sorted(unknown)}")
         p.set_defaults(**cfg)
     args = p.parse_args(argv)
+    for act in p._actions:  # argparse checks choices on the command line only, not on config defaults
+        if act.choices is not None and getattr(args, act.dest) not in act.choices:
+            raise ValueError(f"--{act.dest} must be one of {list(act.choices)}, got {getattr(args, act.dest)!r}.")
     args.model = model_overrides
     return args
 
@@ -125,6 +134,19 @@ def accelerate_broadcast(accelerator, flag: bool) -> bool:
     from accelerate.utils import broadcast
 
     return bool(broadcast(torch.tensor([flag], device=accelerator.device)).item())
+
+
+class BestWeights:
+    """The weights of the best validation so far, saved in checkpoints so a resumed run ends on the same model."""
+
+    def __init__(self):
+        self.weights: dict[str, torch.Tensor] | None = None
+
+    def state_dict(self):
+        return {"weights": self.weights}
+
+    def load_state_dict(self, state):
+        self.weights = state["weights"]
 
 
 class TrainState:
@@ -200,6 +222,8 @@ def main(argv=None):
     state = TrainState(args.learning_rate)
     accelerator.register_for_checkpointing(state)
     accelerator.register_for_checkpointing(averager)
+    best = BestWeights()
+    accelerator.register_for_checkpointing(best)
     cache = PointerSentinelCache()
     if args.resume_from_checkpoint:
         accelerator.load_state(args.resume_from_checkpoint)
@@ -239,23 +263,23 @@ def main(argv=None):
 
     # ---- training ----
     start_time = time.perf_counter()
-    best_state = None
     stop = False
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
         schedule = segment_schedule(train.shape[1], args.scheme, args.bptt, stride, cfg.pointer_window,
                                     args.variable_bptt, seed=args.seed + state.epoch)  # fmt: skip
-        bar = tqdm(total=len(schedule), initial=state.segment, desc=f"epoch {state.epoch + 1}",
+        total = len(schedule)
+        if args.max_train_steps:  # the bar ends where training will
+            total = min(total, state.segment + (args.max_train_steps - state.step) * args.gradient_accumulation_steps)
+        bar = tqdm(total=total, initial=state.segment, desc=f"epoch {state.epoch + 1}",
                    disable=not accelerator.is_local_main_process)  # fmt: skip
         t0, tokens, run_nll, run_n = time.perf_counter(), 0, 0.0, 0
         for p, k in schedule[state.segment :]:
             seg = make_segment(train, p, k, args.scheme, cfg.pointer_window, stride)
             with accelerator.accumulate(model):
-                nll, out, cache = run_segment(model, seg, cache, args.scheme)
+                nll, out, cache = run_segment(model, seg, cache, args.scheme, output_hidden_states=bool(args.beta))
                 loss = nll / (k * B)  # forward already adds the weighted auxiliary pointer loss
-                if args.alpha or args.beta:
-                    h = out.last_hidden_state
-                    loss = loss + args.alpha * h.pow(2).mean() + args.beta * (h[:, 1:] - h[:, :-1]).pow(2).mean()
+                loss = loss + activation_penalty(out, args.alpha, args.beta)
                 lr = state.lr * (k / args.bptt if args.variable_bptt else 1.0)
                 for group in optimizer.param_groups:
                     group["lr"] = lr
@@ -303,7 +327,7 @@ def main(argv=None):
         if improved:
             state.best_val, state.bad_epochs = val, 0
             averager.swap()
-            best_state = {k: v.detach().clone() for k, v in raw.state_dict().items()}
+            best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}
             averager.swap()
         else:
             state.bad_epochs += 1
@@ -323,8 +347,8 @@ def main(argv=None):
 
     # ---- final: best weights, test perplexity, save, sample ----
     train_minutes = (time.perf_counter() - start_time) / 60  # training and per-epoch validation, not the final passes
-    if best_state is not None:
-        raw.load_state_dict(best_state)  # holds the averaged weights when NT-ASGD was on
+    if best.weights is not None:
+        raw.load_state_dict(best.weights)  # holds the averaged weights when NT-ASGD was on
     elif averager.active:
         averager.swap()
     averager.average = None  # the final weights are in the model now

@@ -2,6 +2,7 @@
 gate statistics and pointer pictures. Everything works on per-target outputs of the model's own forward (one
 implementation of the mixture)."""
 
+import html
 import math
 from dataclasses import dataclass
 
@@ -261,11 +262,11 @@ def pointer_window_picture(model, tokenizer, ids: torch.Tensor, position: int, p
     plt.close(fig)
     if html_path is not None:
         spans = "".join(
-            f'<span style="background: rgba(200,0,0,{a / top:.3f})" title="{a:.4f}">{w}</span> '
+            f'<span style="background: rgba(200,0,0,{a / top:.3f})" title="{a:.4f}">{html.escape(w)}</span> '
             for w, a in zip(words, attention, strict=True)
             if w
         )
-        head = f"<p>g = {gate:.3f}; predicted <b>{predicted}</b>; actual <b>{actual}</b></p>"
+        head = f"<p>g = {gate:.3f}; predicted <b>{html.escape(predicted)}</b>; actual <b>{html.escape(actual)}</b></p>"
         with open(html_path, "w") as f:
             f.write(f"<html><body style='font-family: monospace'>{head}<p>{spans}</p></body></html>")
     return dict(gate=gate, predicted=predicted, actual=actual, attention=attention, words=words)

@@ -11,6 +11,7 @@ window of L hidden states travel between calls in a `PointerSentinelCache`, so c
 `pointer_mixture` is the only implementation of the mixture; forward, the logits processor and evaluation use it.
 """
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -541,9 +542,6 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         self.lm_head = nn.Linear(config.output_size, config.vocab_size)
         self.pointer = PointerSentinelHead(config) if config.use_pointer else None
         self.post_init()
-        if self.generation_config is not None and config.use_pointer:
-            # A generation-config field, so generate(..., pointer_mix=False) is accepted and saved with the model.
-            self.generation_config.pointer_mix = True
 
     def get_output_embeddings(self):
         return self.lm_head
@@ -552,13 +550,21 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         self.lm_head = new_embeddings
 
     # --- generate hooks ------------------------------------------------------------------------------------------
-    def generate(self, *args, **kwargs):
+    def generate(self, *args, pointer_mix: bool | None = None, **kwargs):
+        r"""
+        pointer_mix: False samples from the vocabulary softmax alone (default True: the pointer mixture).
+        """
         config = kwargs.get("generation_config") or self.generation_config
         if kwargs.get("penalty_alpha", getattr(config, "penalty_alpha", None)):
             raise ValueError(
                 "Contrastive search is not supported: it scores candidate tokens and rolls the cache back, and a "
                 "recurrent state cannot be rolled back. Use greedy, sampling or beam search."
             )
+        if pointer_mix is not None:
+            # Carried on a copy of the generation config: GenerationConfig.from_pretrained drops unknown fields, so
+            # a field saved with the model would be gone after loading, and generate would reject the kwarg.
+            kwargs["generation_config"] = copy.deepcopy(config)
+            kwargs["generation_config"].pointer_mix = pointer_mix
         return super().generate(*args, **kwargs)
 
     @classmethod

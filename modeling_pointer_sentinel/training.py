@@ -54,6 +54,8 @@ def load_text_splits(
     for split, path in files.items():
         if not Path(path).is_file():
             raise FileNotFoundError(f"The {split} file {path} does not exist.")
+        if Path(path).stat().st_size == 0:
+            raise ValueError(f"The {split} file {path} is empty.")
     ds = datasets.load_dataset("text", data_files=files, keep_linebreaks=False)
     return {split: ds[split]["text"] for split in files}
 
@@ -126,22 +128,34 @@ def make_segment(streams: torch.Tensor, p: int, k: int, scheme: str, window: int
     return Segment(x, y, next_start - start)
 
 
-def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str):
+def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str, output_hidden_states: bool = False):
     """Forward one segment; returns (summed NLL, output, the cache for the next segment)."""
+    kw = dict(num_items_in_batch=1, logits_to_keep=1, output_hidden_states=output_hidden_states, use_cache=True)
     if scheme == "stateful":
-        out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=cache, use_cache=True,
-                    num_items_in_batch=1, logits_to_keep=1)  # fmt: skip
+        out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=cache, **kw)
         return out.loss, out, out.past_key_values.detach_()
     fresh = PointerSentinelCache()  # a new window each segment: every key is recomputed with the current weights
     fresh.hidden, fresh.cell = cache.hidden, cache.cell
-    out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=fresh, use_cache=True,
-                num_items_in_batch=1, logits_to_keep=1, split_state_at=seg.split or None)  # fmt: skip
+    out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=fresh, split_state_at=seg.split or None,
+                **kw)  # fmt: skip
     nxt = PointerSentinelCache()
     if seg.split:
         nxt.hidden, nxt.cell = ([t.detach() for t in ts] for ts in out.split_state)
     else:
         nxt.hidden, nxt.cell = cache.hidden, cache.cell
     return out.loss, out, nxt
+
+
+def activation_penalty(out, alpha: float, beta: float) -> torch.Tensor | float:
+    """AWD-LSTM's activation regularisers: AR, alpha * mean(h_t^2) on the dropped last-layer output, and TAR,
+    beta * mean((h_t - h_{t-1})^2) on the raw one (`out.hidden_states[-1]`, so run with output_hidden_states)."""
+    penalty = 0.0
+    if alpha:
+        penalty = penalty + alpha * out.last_hidden_state.pow(2).mean()
+    if beta:
+        h = out.hidden_states[-1]
+        penalty = penalty + beta * (h[:, 1:] - h[:, :-1]).pow(2).mean()
+    return penalty
 
 
 class ParameterAverager:

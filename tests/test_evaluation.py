@@ -142,3 +142,25 @@ def test_evaluate_script_end_to_end(tmp_path):
     assert len(res["compare"]["bucket_log_ppl_gain"]) == 10
     for name in ("gate_histogram.png", "frequency_buckets.png", "pointer_0.png", "pointer_0.html"):
         assert (tmp_path / "plots" / name).stat().st_size > 0
+
+
+def test_pointer_picture_html_escapes_words(tmp_path):
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a"])
+    model = tiny_model(vocab_size=len(tok)).eval()
+    ids = torch.tensor(tok("a zzz b a zzz b")["input_ids"])  # zzz is unknown: <unk>
+    pointer_window_picture(model, tok, ids, 4, tmp_path / "w.png", tmp_path / "w.html")
+    page = (tmp_path / "w.html").read_text()
+    assert "&lt;unk&gt;" in page and "<unk>" not in page
+
+
+def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path):
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from evaluate import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit, match="matplotlib"):  # before the (nonexistent) model is even loaded
+        main([str(tmp_path / "no_model"), "--plots", str(tmp_path / "plots")])

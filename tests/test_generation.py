@@ -179,3 +179,28 @@ def test_pipeline_from_saved_directory_in_fresh_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == want[0]["generated_text"]
+
+
+def test_pointer_mix_switch_survives_save_and_load(tmp_path, capsys):
+    """Regression: the switch lived in the generation config, which from_pretrained rebuilt without it, so
+    generate(..., pointer_mix=False) and examples/generate.py --no_pointer_mix raised 'model_kwargs are not used'."""
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a"])
+    tiny_model(pointer_window=6, vocab_size=len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    m = PointerSentinelForCausalLM.from_pretrained(tmp_path).eval()
+    x = torch.tensor([[1, 2, 3, 1, 2]])
+    off = gen(m, x, do_sample=False, output_scores=True, return_dict_in_generate=True, pointer_mix=False)
+    torch.testing.assert_close(off.scores[0], torch.log_softmax(m(x).vocab_logits[:, -1], -1), atol=1e-5, rtol=1e-5)
+    on = gen(m, x, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    torch.testing.assert_close(on.scores[0], m(x).logits[:, -1], atol=1e-5, rtol=1e-5)
+    assert not hasattr(m.generation_config, "pointer_mix")  # the user's config object is left alone
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from generate import main
+
+    main([str(tmp_path), "--prompt", "a b", "--max_new_tokens", "3", "--no_pointer_mix", "--show_gate"])
+    main([str(tmp_path), "--prompt", "a b", "--max_new_tokens", "3"])
+    printed = capsys.readouterr().out
+    assert printed.count("g=") == 3 and printed.count("\na b") + printed.startswith("a b") == 2

@@ -68,8 +68,9 @@ def test_two_process_launch_trains_as_one_process_with_double_batch(corpus, tmp_
     two = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "two"), "--max_train_steps", "6",
                                       "--per_device_train_batch_size", "1"], processes=2)  # fmt: skip
     assert "2 process(es) x batch 1" in two.stdout
-    launch(data_args(corpus) + ["--output_dir", str(tmp_path / "one"), "--max_train_steps", "6",
-                                "--per_device_train_batch_size", "2"])  # fmt: skip
+    one = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "one"), "--max_train_steps", "6",
+                                      "--per_device_train_batch_size", "2"])  # fmt: skip
+    assert "| 6/6 [" in one.stderr  # the progress bar ends where max_train_steps stops, not at the epoch's end
     a, b = losses(tmp_path / "two"), losses(tmp_path / "one")
     assert sorted(a) == list(range(1, 7))
     for step in a:
@@ -229,3 +230,53 @@ def test_shipped_configs_parse_and_build(config):
 
     args = parse_args(["--config", str(config)])
     PointerSentinelConfig(vocab_size=100, **args.model)
+
+
+def test_resume_ends_on_the_same_best_weights(corpus, tmp_path):
+    """Regression: the best-validation weights were not checkpointed, so a run resumed after the last validation
+    saved its latest weights where the uninterrupted run saved the best ones."""
+    from safetensors.torch import load_file
+
+    common = data_args(corpus) + ["--num_train_epochs", "2", "--max_train_steps", "140"]  # stops inside epoch 2
+    launch(common + ["--output_dir", str(tmp_path / "full"), "--checkpointing_steps", "130"])
+    launch(common + ["--output_dir", str(tmp_path / "resumed"),
+                     "--resume_from_checkpoint", str(tmp_path / "full" / "step_130")])  # fmt: skip
+    a, b = (load_file(tmp_path / d / "model.safetensors") for d in ("full", "resumed"))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_config_mistakes_and_empty_files_raise_value_errors(tmp_path):
+    sys.path.insert(0, str(TRAIN.parent))
+    from train import parse_args
+
+    from modeling_pointer_sentinel.training import load_text_splits
+
+    for bad, match in (({"model": {"hidden_sise": 4}}, "hidden_sise"), ({"optimizer": "adam"}, "optimizer"),
+                       ({"scheme": "tbptt"}, "scheme"), ({"learning_rat": 1}, "learning_rat")):  # fmt: skip
+        (tmp_path / "c.json").write_text(json.dumps(bad))
+        with pytest.raises(ValueError, match=match):
+            parse_args(["--config", str(tmp_path / "c.json")])
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="train file .* is empty"):
+        load_text_splits(train_file=str(tmp_path / "empty.txt"))
+
+
+def test_tar_uses_the_raw_output_and_ar_the_dropped_one():
+    """AWD-LSTM: AR on the dropped last-layer output, TAR on the raw one. With output dropout the only randomness,
+    TAR must not depend on the dropout mask."""
+    from modeling_pointer_sentinel.training import activation_penalty
+
+    model = tiny_model(output_dropout=0.5).train()
+    streams = torch.randint(0, 6, (2, 12))
+    seg = make_segment(streams, 0, 10, "stateful", 5, 1)
+    tar, ar = [], []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        _, out, _ = run_segment(model, seg, PointerSentinelCache(), "stateful", output_hidden_states=True)
+        tar.append(activation_penalty(out, alpha=0.0, beta=1.0).item())
+        ar.append(activation_penalty(out, alpha=1.0, beta=0.0).item())
+        raw = out.hidden_states[-1]
+        assert tar[-1] == pytest.approx((raw[:, 1:] - raw[:, :-1]).pow(2).mean().item())
+        assert ar[-1] == pytest.approx(out.last_hidden_state.pow(2).mean().item())
+    assert tar[0] == pytest.approx(tar[1], rel=1e-6) and ar[0] != pytest.approx(ar[1], rel=1e-3)
