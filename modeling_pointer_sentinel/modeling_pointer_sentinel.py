@@ -209,8 +209,9 @@ class PointerSentinelCausalLMOutput(ModelOutput):
     pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.6).
     last_hidden_state (B, T, D): h_t as the heads see it (after output dropout).
     split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
-    target_log_probs (B, T): log p(y_t) of the mixture for each counted target, 0 elsewhere (with labels).
-    vocab_target_log_probs (B, T): log p_vocab(y_t), the RNN softmax alone (g forced to 1), 0 elsewhere.
+    target_log_probs (B, T'): log p(y_t) of the mixture for each counted target, 0 elsewhere (with labels; T' is
+        shift_labels' length).
+    vocab_target_log_probs (B, T'): log p_vocab(y_t), the RNN softmax alone (g forced to 1), 0 elsewhere.
     """
 
     loss: torch.FloatTensor | None = None
@@ -626,8 +627,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         **kwargs,
     ):
         r"""
-        labels (B, T): as input_ids, shifted inside; -100 is ignored. shift_labels (B, T): targets already aligned
-            with the inputs (y_t for position t), so truncated BPTT loses no target at chunk ends.
+        labels (B, T): as input_ids, shifted inside; -100 is ignored. shift_labels (B, T') with T' <= T: targets
+            already aligned with the last T' inputs (y_t for position t), so truncated BPTT loses no target at chunk
+            ends, and positions that only feed the pointer window (T - T' in front) skip the vocabulary softmax.
         logits_to_keep: int k keeps the last k positions (0 = all), a tensor keeps those positions; the loss never
             needs the mixture over the vocabulary.
         pointer_stash: set by generate; the forward then returns vocabulary log-probs and leaves the mixing of the
@@ -636,11 +638,23 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None and shift_labels is not None:
             raise ValueError("Pass either labels or shift_labels, not both.")
-        for name, lab in (("labels", labels), ("shift_labels", shift_labels)):
-            if lab is not None and input_ids is not None and lab.shape != input_ids.shape:
-                raise ValueError(
-                    f"{name} shape {tuple(lab.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
-                )
+        if labels is not None and input_ids is not None and labels.shape != input_ids.shape:
+            raise ValueError(
+                f"labels shape {tuple(labels.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
+            )
+        if (
+            shift_labels is not None
+            and input_ids is not None
+            and (
+                shift_labels.dim() != 2
+                or shift_labels.shape[0] != input_ids.shape[0]
+                or not 0 < shift_labels.shape[1] <= input_ids.shape[1]
+            )
+        ):
+            raise ValueError(
+                f"shift_labels shape {tuple(shift_labels.shape)} does not fit input_ids shape "
+                f"{tuple(input_ids.shape)}: give (batch, T') targets for the last T' <= T positions."
+            )
         if labels is not None:
             shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
@@ -671,13 +685,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
         loss = pointer_loss = target_log_probs = vocab_target_log_probs = None
         if shift_labels is not None:
+            Tl = shift_labels.shape[1]
+            at = slice(T - Tl, None)  # the positions that have targets
             counted = shift_labels != -100
             if mask is not None:
-                counted = counted & mask
+                counted = counted & mask[:, at]
             y = shift_labels.masked_fill(~counted, 0)
-            all_vocab_logits = self.lm_head(h)  # once; the kept positions' logits are a slice of it
-            vocab_log_p = -F.cross_entropy(_upcast(all_vocab_logits).flatten(0, 1), y.flatten(), reduction="none")
-            vocab_log_p = vocab_log_p.view(B, T)
+            label_logits = self.lm_head(h[:, at])
+            vocab_log_p = -F.cross_entropy(_upcast(label_logits).flatten(0, 1), y.flatten(), reduction="none")
+            vocab_log_p = vocab_log_p.view(B, Tl)
             n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
             vocab_target_log_probs = torch.where(counted, vocab_log_p.detach(), 0)
             if self.pointer is None:
@@ -685,14 +701,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 target_log_probs = vocab_target_log_probs
             else:
                 log_p, log_gate_or_hit = pointer_target_log_prob(
-                    vocab_log_p, _upcast(log_gate), _upcast(log_attn), window_ids, y
+                    vocab_log_p, _upcast(log_gate[:, at]), _upcast(log_attn[:, at]), window_ids[:, at], y
                 )
                 loss = -torch.where(counted, log_p, 0).sum() / n
                 pointer_loss = -torch.where(counted, log_gate_or_hit, 0).sum() / n
                 target_log_probs = torch.where(counted, log_p.detach(), 0)
                 if self.config.pointer_loss_weight:
                     loss = loss + self.config.pointer_loss_weight * pointer_loss
-            vocab_logits = all_vocab_logits[:, keep]
+            # With targets everywhere the kept positions' logits are a slice: the softmax matrix runs once.
+            vocab_logits = label_logits[:, keep] if Tl == T else self.lm_head(h[:, keep])
         else:
             vocab_logits = self.lm_head(h[:, keep])
 

@@ -121,11 +121,10 @@ def make_segment(streams: torch.Tensor, p: int, k: int, scheme: str, window: int
     if scheme == "stateful":
         return Segment(streams[:, p : p + k], streams[:, p + 1 : p + k + 1].contiguous(), None)
     start = max(0, p - window + 1)  # the counted position p sees L-1 earlier positions, all recomputed here
-    x = streams[:, start : p + k]
-    y = torch.full_like(x, -100)
-    y[:, p - start :] = streams[:, p + 1 : p + k + 1]
+    # Targets for the last k inputs only: the context in front feeds the window and skips the vocabulary softmax.
+    y = streams[:, p + 1 : p + k + 1].contiguous()
     next_start = max(0, p + stride - window + 1)
-    return Segment(x, y, next_start - start)
+    return Segment(streams[:, start : p + k], y, next_start - start)
 
 
 def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str, output_hidden_states: bool = False):

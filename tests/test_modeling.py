@@ -438,3 +438,25 @@ def test_with_labels_the_softmax_runs_once_and_logits_carry_no_graph():
     with torch.no_grad():
         torch.testing.assert_close(out.vocab_logits, model.lm_head(out.last_hidden_state))
     assert model(ids).logits.requires_grad  # without labels the mixture stays differentiable
+
+
+def test_short_shift_labels_cover_the_last_positions_and_skip_the_softmax_in_front():
+    model = tiny_model(pointer_loss_weight=0.3).double()
+    ids = repeated_ids(T=13)
+    y = torch.cat([ids[:, 1:], torch.full((2, 1), 4)], 1)
+    full = model(ids, shift_labels=torch.cat([torch.full((2, 8), -100), y[:, 8:]], 1))
+    rows = []
+    model.lm_head.register_forward_hook(lambda mod, args, out: rows.append(args[0].shape[1]))
+    short = model(ids, shift_labels=y[:, 8:], logits_to_keep=1)
+    assert rows == [5, 1]  # the softmax matrix ran on the 5 labelled positions, then on the kept one
+    torch.testing.assert_close(short.loss, full.loss)
+    torch.testing.assert_close(short.target_log_probs, full.target_log_probs[:, 8:])
+    short.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    full.loss.backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(grads[n], p.grad, msg=n)
+    for bad in (torch.zeros(2, 14, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)):
+        with pytest.raises(ValueError, match="shift_labels shape"):
+            model(ids, shift_labels=bad)
