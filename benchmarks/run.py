@@ -22,7 +22,7 @@ from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfi
 from modeling_pointer_sentinel.training import make_segment, run_segment, segment_schedule  # noqa: E402
 
 
-def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=torch.float32):
+def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=torch.float32, zoneout=0.0):
     torch.manual_seed(0)
     cfg = PointerSentinelConfig(
         vocab_size=vocab,
@@ -31,6 +31,7 @@ def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=t
         num_layers=layers,
         pointer_window=window,
         use_pointer=use_pointer,
+        zoneout=zoneout,
         eos_token_id=0,
     )
     return PointerSentinelForCausalLM(cfg).to(device=device, dtype=dtype)
@@ -169,7 +170,10 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--sizes", default=None, help="comma list of VOCAB:HIDDEN (default 10000:200, full adds 33278:650)")
     ap.add_argument(
-        "--only", default=None, help="comma list of row groups: train,window,rerun,eval,decode,memory,cache"
+        "--only",
+        default=None,
+        help="comma list of row groups: train,window,rerun,eval,decode,memory,cache,zoneout (default all of these), "
+        "zoneout_compiled (opt-in: minutes of compilation)",
     )
     ap.add_argument("--write", default=None, help="write the results as markdown to this file")
     args = ap.parse_args(argv)
@@ -179,7 +183,7 @@ def main(argv=None):
     quick = args.quick
     reps = 3 if quick else 7
     sizes = args.sizes or ("10000:200" if quick else "10000:200,33278:650")
-    groups = set((args.only or "train,window,rerun,eval,decode,memory,cache").split(","))
+    groups = set((args.only or "train,window,rerun,eval,decode,memory,cache,zoneout").split(","))
     L, B, bptt = 100, 20 if not quick else 8, 35
     rows = []
     header = (
@@ -269,6 +273,21 @@ def main(argv=None):
                 )
             )
             print(f"{rows[-1]['name']:<58s} A {a / 2**20:>10.1f} MiB       B {b / 2**20:>10.1f}   A/B {a / b:.3f}")
+        for compiled in [False] * ("zoneout" in groups) + [True] * ("zoneout_compiled" in groups):
+            zoned = build(V, H, 2, L, True, dev, dtype, zoneout=0.5)
+            if compiled:  # one graph per training call: the step loop's pointwise ops fuse
+                zoned.forward = torch.compile(zoned.forward, fullgraph=True)
+            rows.append(
+                compare(
+                    f"train tokens/s, zoneout 0.5 step loop{' compiled' if compiled else ''} / fused LSTM ({tag})",
+                    trainer(zoned, "stateful", B, bptt, 0, steps, dev),
+                    trainer(ptr, "stateful", B, bptt, 0, steps, dev),
+                    reps,
+                    "tok/s",
+                    dev,
+                )
+            )
+            del zoned
         if "cache" in groups:
             try:
                 from modeling_pointer_sentinel.evaluation import benchmark_neural_cache

@@ -74,6 +74,13 @@ def parse_args(argv=None):
     a("--seed", type=int, default=1111)
     a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="bf16 on GPU; CPU LSTM autocast fails")
     a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
+    a(
+        "--torch_compile",
+        action="store_true",
+        help="compile the training forward as one graph (fuses zoneout's step loop); costs minutes of compilation, "
+        "and each new segment length compiles again (use a fixed --bptt)",
+    )
+    a("--torch_compile_backend", default="inductor", help=argparse.SUPPRESS)  # tests use aot_eager
     # checkpoints, logs, output
     a("--output_dir", default="outputs/run")
     a("--checkpointing_steps", type=int, default=None, help="save_state every N updates")
@@ -218,6 +225,10 @@ def main(argv=None):
         optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
+    if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again
+        eager_forward = raw.forward
+        compiled_forward = torch.compile(eager_forward, fullgraph=True, backend=args.torch_compile_backend)
+        raw.forward = lambda *a, **kw: (compiled_forward if raw.training else eager_forward)(*a, **kw)
     averager = ParameterAverager(raw.parameters())
     state = TrainState(args.learning_rate)
     accelerator.register_for_checkpointing(state)

@@ -280,3 +280,16 @@ def test_tar_uses_the_raw_output_and_ar_the_dropped_one():
         assert tar[-1] == pytest.approx((raw[:, 1:] - raw[:, :-1]).pow(2).mean().item())
         assert ar[-1] == pytest.approx(out.last_hidden_state.pow(2).mean().item())
     assert tar[0] == pytest.approx(tar[1], rel=1e-6) and ar[0] != pytest.approx(ar[1], rel=1e-3)
+
+
+def test_torch_compile_training_follows_eager_training(corpus, tmp_path):
+    """--torch_compile compiles the training forward as one graph; with the aot_eager backend (fast to compile)
+    the losses must follow the eager run's step by step."""
+    common = data_args(corpus) + ["--max_train_steps", "5"]
+    launch(common + ["--output_dir", str(tmp_path / "eager")])
+    launch(common + ["--output_dir", str(tmp_path / "compiled"), "--torch_compile",
+                     "--torch_compile_backend", "aot_eager"])  # fmt: skip
+    a, b = losses(tmp_path / "eager"), losses(tmp_path / "compiled")
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5), step
