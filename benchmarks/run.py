@@ -191,54 +191,42 @@ def main(argv=None):
         f"{torch.get_num_threads()} | device {dev if dev == 'cpu' else torch.cuda.get_device_name()} | {args.dtype}"
     )
     print(header)
+
+    def add(name, fa, fb, unit):
+        rows.append(compare(name, fa, fb, reps, unit, dev))
+
     for size in sizes.split(","):
         V, H = map(int, size.split(":"))
         tag = f"2x{H}, V={V}, L={L}"
         ptr, plain = build(V, H, 2, L, True, dev, dtype), build(V, H, 2, L, False, dev, dtype)
         steps = 2 if quick else 5
         if "train" in groups:
-            rows.append(
-                compare(
-                    f"train tokens/s, pointer stateful / plain LSTM ({tag})",
-                    trainer(ptr, "stateful", B, bptt, 0, steps, dev),
-                    trainer(plain, "stateful", B, bptt, 0, steps, dev),
-                    reps,
-                    "tok/s",
-                    dev,
-                )
+            add(
+                f"train tokens/s, pointer stateful / plain LSTM ({tag})",
+                trainer(ptr, "stateful", B, bptt, 0, steps, dev),
+                trainer(plain, "stateful", B, bptt, 0, steps, dev),
+                "tok/s",
             )
         if "window" in groups:
-            rows.append(
-                compare(
-                    f"train targets/s, window k1=L / plain LSTM stateful ({tag})",
-                    trainer(ptr, "window", B, bptt, L, max(1, steps // 2), dev),
-                    trainer(plain, "stateful", B, bptt, 0, steps, dev),
-                    reps,
-                    "targets/s",
-                    dev,
-                )
+            add(
+                f"train targets/s, window k1=L / plain LSTM stateful ({tag})",
+                trainer(ptr, "window", B, bptt, L, max(1, steps // 2), dev),
+                trainer(plain, "stateful", B, bptt, 0, steps, dev),
+                "targets/s",
             )
         if "rerun" in groups:
-            rows.append(
-                compare(
-                    f"train targets/s, window k1=L / per-target re-run k1=1 ({tag})",
-                    trainer(ptr, "window", B, bptt, L, 1, dev),
-                    trainer(ptr, "window", B, bptt, 1, 3 if quick else 10, dev),
-                    reps,
-                    "targets/s",
-                    dev,
-                )
+            add(
+                f"train targets/s, window k1=L / per-target re-run k1=1 ({tag})",
+                trainer(ptr, "window", B, bptt, L, 1, dev),
+                trainer(ptr, "window", B, bptt, 1, 3 if quick else 10, dev),
+                "targets/s",
             )
         if "eval" in groups:
-            rows.append(
-                compare(
-                    f"eval tokens/s, pointer / plain ({tag})",
-                    evaluator(ptr, 10, 200, 2 if quick else 5, dev),
-                    evaluator(plain, 10, 200, 2 if quick else 5, dev),
-                    reps,
-                    "tok/s",
-                    dev,
-                )
+            add(
+                f"eval tokens/s, pointer / plain ({tag})",
+                evaluator(ptr, 10, 200, 2 if quick else 5, dev),
+                evaluator(plain, 10, 200, 2 if quick else 5, dev),
+                "tok/s",
             )
         if "decode" in groups:
             n = 20 if quick else 50
@@ -277,15 +265,11 @@ def main(argv=None):
             zoned = build(V, H, 2, L, True, dev, dtype, zoneout=0.5)
             if compiled:  # one graph per training call: the step loop's pointwise ops fuse
                 zoned.forward = torch.compile(zoned.forward, fullgraph=True)
-            rows.append(
-                compare(
-                    f"train tokens/s, zoneout 0.5 step loop{' compiled' if compiled else ''} / fused LSTM ({tag})",
-                    trainer(zoned, "stateful", B, bptt, 0, steps, dev),
-                    trainer(ptr, "stateful", B, bptt, 0, steps, dev),
-                    reps,
-                    "tok/s",
-                    dev,
-                )
+            add(
+                f"train tokens/s, zoneout 0.5 step loop{' compiled' if compiled else ''} / fused LSTM ({tag})",
+                trainer(zoned, "stateful", B, bptt, 0, steps, dev),
+                trainer(ptr, "stateful", B, bptt, 0, steps, dev),
+                "tok/s",
             )
             del zoned
         if "cache" in groups:

@@ -151,7 +151,7 @@ class PointerSentinelCache:
 
 class PointerStash:
     """Per-`generate` hand-off from forward to `PointerSentinelLogitsProcessor`: the last position's gate,
-    attention and window ids. The forward then returns vocabulary log-probabilities and the processor mixes."""
+    attention and window ids. The forward then returns the vocabulary logits and the processor mixes."""
 
     log_gate: torch.Tensor | None = None
     pointer_probs: torch.Tensor | None = None
@@ -332,18 +332,21 @@ def sliding_window(memory: torch.Tensor, L: int) -> torch.Tensor:
 def window_scores(q: torch.Tensor, keys: torch.Tensor, L: int) -> torch.Tensor:
     """z[b, t, j] = q_t . k for the j-th state k of sliding_window(keys, L): (B, T, D), (B, L+T, D) -> (B, T, L).
 
-    Without materialising that (B, T, D, L) view: queries in blocks of L score the 2L keys they can see in one
-    batched matmul (O(T L D) work for any T), and each (L, 2L) block's band, row r at columns r ... r+L-1, is read
-    off as a strided view (a row of the flattened block is 2L + 1 apart from the next one's band start).
+    Without materialising that (B, T, D, L) view: queries in blocks of b = min(T, L) score the b+L-1 keys they can
+    see with one matmul per block (O(T L D) work for any T; one block while decoding or for T <= L), and each
+    (b, b+L-1) score block's band, row r at columns r ... r+L-1, is read off as a strided view: in the flattened
+    block, row r's band starts r (b+L) elements in.
     """
     B, T, D = q.shape
-    if T == 1:  # decoding
-        return (q.unsqueeze(-2) @ sliding_window(keys, L)).squeeze(-2)
-    n = -(-T // L)
-    qb = F.pad(q, (0, 0, 0, n * L - T)).view(B, n, L, D)
-    kb = F.pad(keys[:, 1:], (0, 0, 0, n * L - T + 1)).unfold(1, 2 * L, L)  # (B, n, D, 2L)
-    band = (qb @ kb).flatten(-2).unfold(-1, L, 2 * L + 1)  # (B, n, L, L)
-    return band.reshape(B, n * L, L)[:, :T]
+    b = min(T, L)
+    n = -(-T // b)
+    if n * b != T:  # pad the last block (scores of padded queries are dropped)
+        q, keys = F.pad(q, (0, 0, 0, n * b - T)), F.pad(keys, (0, 0, 0, n * b - T))
+    blocks = []
+    for j in range(0, n * b, b):
+        scores = q[:, j : j + b] @ keys[:, j + 1 : j + b + L].transpose(1, 2)  # (B, b, b+L-1)
+        blocks.append(scores.flatten(-2).unfold(-1, L, b + L))  # (B, b, L)
+    return torch.cat(blocks, 1)[:, :T] if n > 1 else blocks[0]
 
 
 def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
@@ -584,7 +587,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
     def _get_logits_processor(self, generation_config, *args, model_kwargs=None, **kwargs):
         processors = super()._get_logits_processor(generation_config, *args, model_kwargs=model_kwargs, **kwargs)
         if self.pointer is not None and model_kwargs is not None:
-            # Forward hands the pointer to this stash and returns vocabulary log-probs; the processor mixes first,
+            # Forward hands the pointer to this stash and returns vocabulary logits; the processor mixes first,
             # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
             stash = model_kwargs.setdefault("pointer_stash", PointerStash())
             if getattr(generation_config, "pointer_mix", True):
@@ -632,8 +635,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             ends, and positions that only feed the pointer window (T - T' in front) skip the vocabulary softmax.
         logits_to_keep: int k keeps the last k positions (0 = all), a tensor keeps those positions; the loss never
             needs the mixture over the vocabulary.
-        pointer_stash: set by generate; the forward then returns vocabulary log-probs and leaves the mixing of the
-            last position to `PointerSentinelLogitsProcessor`.
+        pointer_stash: set by generate; the forward then returns the vocabulary logits and leaves the mixing of
+            the last position to `PointerSentinelLogitsProcessor`.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         if labels is not None and shift_labels is not None:
@@ -721,7 +724,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             pointer_stash.log_gate = log_gate[:, -1]
             pointer_stash.pointer_probs = attention[:, -1]
             pointer_stash.window_ids = window_ids[:, -1]
-            logits = torch.log_softmax(_upcast(vocab_logits), -1)
+            logits = vocab_logits  # the processor normalises once, then mixes
         else:
             with torch.set_grad_enabled(torch.is_grad_enabled() and loss is None):
                 logits = pointer_mixture(
