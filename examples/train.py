@@ -2,7 +2,8 @@
 
     accelerate launch examples/train.py --config examples/configs/quickstart_cpu.json      # bundled WikiText-2
     accelerate launch --multi_gpu --num_processes 2 examples/train.py --cpu ...            # two CPU ranks (gloo)
-    accelerate launch --multi_gpu --num_processes 8 examples/train.py --config examples/configs/paper_wt2.json
+    accelerate launch --multi_gpu --num_processes 8 examples/train.py \
+        --config examples/configs/medium_pointer_stateful_sgd.json                          # paper size, 8 GPUs
 
 A config file sets any flag below (and the model under "model"); flags on the command line win. See the README for
 the schemes (`stateful`, `window`), optimisers and the cost of each.
