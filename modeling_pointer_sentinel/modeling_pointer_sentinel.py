@@ -597,19 +597,21 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
     # --- pointer memory ------------------------------------------------------------------------------------------
     def _pointer_memory(self, cache, h, input_ids, mask):
         """The pointer's keys, their ids and validity, (B, L+T, *): the cached window, then this call. The cache keeps
-        the last L (padding never counts as a real position). Stored in the parameters' dtype, like the state."""
-        L, dtype = self.config.pointer_window, self.dtype
+        the last L (padding never counts as a real position). The keys stay in h's (compute) dtype; only the L kept
+        states are stored in the parameters' dtype, like the recurrent state."""
+        L = self.config.pointer_window
         if cache.window_states is None:
-            cache.window_states = h.new_zeros(h.shape[0], 0, h.shape[-1], dtype=dtype)
+            cache.window_states = h.new_zeros(h.shape[0], 0, h.shape[-1], dtype=self.dtype)
             cache.window_ids = input_ids.new_zeros(h.shape[0], 0)
             cache.window_mask = torch.zeros(h.shape[0], 0, dtype=torch.bool, device=h.device)
         valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         memory = (
-            torch.cat([_left_fit(cache.window_states, L), h.to(dtype)], 1),
+            torch.cat([_left_fit(cache.window_states, L).to(h.dtype), h], 1),
             torch.cat([_left_fit(cache.window_ids, L), input_ids], 1),
             torch.cat([_left_fit(cache.window_mask, L), valid], 1),
         )
-        cache.window_states, cache.window_ids, cache.window_mask = (m[:, -L:] for m in memory)
+        cache.window_states = memory[0][:, -L:].to(self.dtype)
+        cache.window_ids, cache.window_mask = memory[1][:, -L:], memory[2][:, -L:]
         return memory
 
     # --- forward -------------------------------------------------------------------------------------------------
