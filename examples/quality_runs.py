@@ -1,11 +1,21 @@
-"""Quality runs on a CPU budget: a plain LSTM and a Pointer Sentinel-LSTM of the same size, same tokenizer, data,
-schedule and wall-clock budget, on PTB and WikiText-2; then each is evaluated, the plain one also with the neural cache
-(parameters chosen on validation), and the two compared by word frequency (paper Figure 4).
+"""Quality runs on a CPU: a plain LSTM and a Pointer Sentinel-LSTM of the same size (2x200, tied embeddings,
+dropout 0.2), same tokenizer, data and schedule, trained side by side, then evaluated: the plain model also with
+Grave et al.'s neural cache (window, theta, lambda chosen on validation), the pointer model also with its pointer
+switched off (g = 1).
 
-    python examples/quality_runs.py --minutes 20 --data ../shared/data --out results/quality
+    python examples/quality_runs.py --converge --data DIR      # PTB to convergence (about 2 hours on 2 cores)
+    python examples/quality_runs.py --minutes 20 --data DIR    # PTB and WikiText-2, 20 minutes per model
+
+DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{train,valid,test}.tokens; without
+--data the Hub datasets `ptb_text_only` and `wikitext` (wikitext-2-v1) are used.
+
+--converge: AdamW, LR x0.25 whenever validation perplexity does not improve on its best, stop after 2 such epochs in
+a row. Checkpoints every 200 updates; running the same command again resumes each unfinished model where it stopped.
+Writes OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}}) and OUT/learning_curves.png.
+--minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
+pictures to OUT/<dataset>_plots/.
 
 The two models of a dataset train at the same time, one CPU thread each, so they share the machine's load equally.
-Results go to OUT/results.json and OUT/results.md; pictures to OUT/<dataset>_plots/.
 """
 
 import argparse
@@ -23,9 +33,15 @@ MODEL = {"embedding_size": 200, "hidden_size": 200, "num_layers": 2, "tie_word_e
 TRAINING = {"scheme": "stateful", "bptt": 35, "per_device_train_batch_size": 32, "per_device_eval_batch_size": 10,
             "optimizer": "adamw", "learning_rate": 0.003, "clip": 0.25, "lr_decay": 0.5, "patience": 3,
             "num_train_epochs": 100, "log_every": 100}  # fmt: skip
+CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "checkpointing_steps": 200, "checkpoints_total_limit": 1}
+HUB = {"ptb": ["--dataset_name", "ptb_text_only"], "wt2": ["--dataset_name", "wikitext", "--dataset_config_name",
+                                                            "wikitext-2-v1"]}  # fmt: skip
+KINDS = (("plain", False), ("pointer", True))
 
 
-def files(data: Path, name: str) -> list[str]:
+def data_flags(data: Path | None, name: str) -> list[str]:
+    if data is None:
+        return HUB[name]
     if name == "ptb":
         f = {s: data / "ptb" / f"ptb.{s}.txt" for s in ("train", "valid", "test")}
     else:
@@ -33,48 +49,134 @@ def files(data: Path, name: str) -> list[str]:
     return ["--train_file", str(f["train"]), "--validation_file", str(f["valid"]), "--test_file", str(f["test"])]
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=20.0, help="training budget per model")
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
-    ap.add_argument("--out", default=str(ROOT / "results" / "quality"))
-    ap.add_argument("--datasets", default="ptb,wt2")
-    args = ap.parse_args(argv)
-    out, data = Path(args.out), Path(args.data)
-    out.mkdir(parents=True, exist_ok=True)
+def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str]) -> dict[str, Path]:
+    """Train the plain and the pointer model at once (one thread each); a model whose results.json exists is kept."""
+    procs, runs = [], {}
+    for kind, use_pointer in KINDS:
+        cfg_path = out / f"{name}_{kind}.json"
+        cfg_path.write_text(json.dumps({"model": {**MODEL, "use_pointer": use_pointer}, **training}, indent=2))
+        runs[kind] = run_dir = out / f"{name}_{kind}"
+        if (run_dir / "results.json").exists():
+            continue
+        cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--config", str(cfg_path), *data_flags(data, name),
+               "--output_dir", str(run_dir), "--num_threads", "1", *extra]  # fmt: skip
+        log = open(out / f"{name}_{kind}.train.log", "a")
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), kind))
+    for proc, kind in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"training {name}/{kind} failed: see {out / f'{name}_{kind}.train.log'}")
+    for kind, run_dir in runs.items():  # keep the logs beside the (ignored) model directories
+        shutil.copy(run_dir / "log.jsonl", out / f"{name}_{kind}.log.jsonl")
+        shutil.copy(run_dir / "results.json", out / f"{name}_{kind}.results.json")
+    return runs
+
+
+def evaluate(run_dir: Path, name: str, data: Path | None, out_json: Path, *extra: str) -> dict:
+    """examples/evaluate.py on one model (test split unless extra says otherwise: batch 10, BPTT 200, state carried)."""
+    cmd = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(run_dir), *data_flags(data, name),
+           "--output_json", str(out_json), *extra]  # fmt: skip
+    t0 = time.time()
+    with open(out_json.with_suffix(".log"), "w") as log:
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=log)
+    result = json.loads(out_json.read_text())
+    result["eval_minutes"] = (time.time() - t0) / 60
+    return result
+
+
+def validation_curve(log_jsonl: Path) -> dict[int, float]:
+    """Validation perplexity per epoch (1-based) from train.py's log; a resumed run's repeated epochs keep the last."""
+    curve = {}
+    for line in log_jsonl.read_text().splitlines():
+        r = json.loads(line)
+        if "valid_ppl" in r:
+            curve[r["epoch"] + 1] = r["valid_ppl"]
+    return curve
+
+
+def plot_learning_curves(curves: dict[str, dict[int, float]], path: Path, title: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for label, curve in curves.items():
+        ax.plot(list(curve), list(curve.values()), marker="o", markersize=3, label=label)
+    ax.set(xlabel="epoch", ylabel="validation perplexity", title=title, yscale="log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def git_revision() -> str:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
+def converge(out: Path, data: Path | None) -> dict:
+    """PTB to convergence: both models until validation stops improving; results.json in the issue's shape."""
+    name = "ptb"
+    runs = train_pair(name, out, data, CONVERGE, ["--resume_from_checkpoint", "latest"])
+    train = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
+    plain = evaluate(runs["plain"], name, data, out / f"{name}_plain.eval.json", "--cache_grid")
+    pointer = evaluate(runs["pointer"], name, data, out / f"{name}_pointer.eval.json")
+    pointer_val = evaluate(runs["pointer"], name, data, out / f"{name}_pointer.valid.eval.json", "--split",
+                           "validation")  # fmt: skip
+
+    def row(kind, test_ppl, valid_ppl, **more):
+        t = train[kind]
+        return {"test_ppl": test_ppl, "valid_ppl": valid_ppl, "epochs": t["epochs"], "stopped": t["stopped"],
+                "params": t["params"], "train_minutes": t["train_minutes"], **more}  # fmt: skip
+
+    best = plain["cache_grid_best_on_validation"]
+    results = {
+        name: {
+            "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
+            "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
+            "plain_cache": row(
+                "plain",
+                plain["ppl_with_cache"],
+                best["ppl"],
+                window=best["window"],
+                theta=best["theta"],
+                lam=best["lam"],
+            ),  # fmt: skip
+            "pointer_off": row("pointer", pointer["ppl_pointer_off"], pointer_val["ppl_pointer_off"]),
+        },
+        "pointer_over_plain_test": pointer["ppl"] / plain["ppl"],
+        "model": MODEL,
+        "training": CONVERGE,
+        "revision": git_revision(),
+        "command": "python examples/quality_runs.py --converge --data DIR",
+    }
+    curves = {f"{k} LSTM": validation_curve(runs[k] / "log.jsonl") for k in ("plain", "pointer")}
+    results["validation_curves"] = curves
+    plot_learning_curves(curves, out / "learning_curves.png", "PTB, 2x200: validation perplexity per epoch")
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def budget(out: Path, data: Path | None, datasets: list[str], minutes: float) -> dict:
+    """Each dataset's pair for a fixed wall-clock budget (short-run regime, not convergence)."""
     results = {}
-    for name in args.datasets.split(","):
-        procs, runs = [], {}
-        for kind, use_pointer in (("plain", False), ("pointer", True)):
-            cfg = {"model": {**MODEL, "use_pointer": use_pointer}, **TRAINING}
-            cfg_path = out / f"{name}_{kind}.json"
-            cfg_path.write_text(json.dumps(cfg, indent=2))
-            run_dir = out / f"{name}_{kind}"
-            runs[kind] = run_dir
-            cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--config", str(cfg_path),
-                   *files(data, name), "--output_dir", str(run_dir), "--max_train_minutes", str(args.minutes),
-                   "--num_threads", "1"]  # fmt: skip
-            log = open(out / f"{name}_{kind}.train.log", "w")
-            procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), kind))
-        for proc, kind in procs:
-            if proc.wait() != 0:
-                raise SystemExit(f"training {name}/{kind} failed: see {out / f'{name}_{kind}.train.log'}")
+    for name in datasets:
+        runs = train_pair(name, out, data, TRAINING, ["--max_train_minutes", str(minutes)])
         res = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
-        for kind, run_dir in runs.items():  # keep the logs beside the (ignored) model directories
-            shutil.copy(run_dir / "log.jsonl", out / f"{name}_{kind}.log.jsonl")
-            shutil.copy(run_dir / "results.json", out / f"{name}_{kind}.results.json")
-        # evaluation: test split, batch 10, state carried; the plain model with a cache tuned on validation
-        ev = {}
-        for kind, extra in (("pointer", ["--compare", str(runs["plain"]), "--plots", str(out / f"{name}_plots")]),
-                            ("plain", ["--cache_grid"])):  # fmt: skip
-            cmd = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(runs[kind]), *files(data, name),
-                   "--output_json", str(out / f"{name}_{kind}.eval.json"), *extra]  # fmt: skip
-            t0 = time.time()
-            subprocess.run(
-                cmd, check=True, stdout=subprocess.DEVNULL, stderr=open(out / f"{name}_{kind}.eval.log", "w")
-            )
-            ev[kind] = json.loads((out / f"{name}_{kind}.eval.json").read_text())
-            ev[kind]["eval_minutes"] = (time.time() - t0) / 60
+        ev = {
+            "pointer": evaluate(
+                runs["pointer"],
+                name,
+                data,
+                out / f"{name}_pointer.eval.json",
+                "--compare",
+                str(runs["plain"]),
+                "--plots",
+                str(out / f"{name}_plots"),
+            ),  # fmt: skip
+            "plain": evaluate(runs["plain"], name, data, out / f"{name}_plain.eval.json", "--cache_grid"),
+        }
         results[name] = {"train": res, "eval": ev}
         (out / "results.json").write_text(json.dumps(results, indent=2))
     lines = [
@@ -95,6 +197,31 @@ def main(argv=None):
         lines.append(f"| {name} | pointer LSTM, pointer switched off (g = 1) | | | | | {p['ppl_pointer_off']:.1f} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--converge", action="store_true", help="PTB until validation stops improving (not a budget)")
+    ap.add_argument("--minutes", type=float, default=20.0, help="training budget per model (without --converge)")
+    ap.add_argument("--data", help="folder with ptb/ and wikitext-2/ text files (default: the Hub datasets)")
+    ap.add_argument("--out", help="output folder (default: results/converged or results/quality)")
+    ap.add_argument("--datasets", default="ptb,wt2", help="without --converge: ptb, wt2 or both")
+    args = ap.parse_args(argv)
+    data = Path(args.data) if args.data else None
+    if data is not None and not data.is_dir():
+        ap.error(f"--data {data} is not a folder")
+    out = Path(args.out or ROOT / "results" / ("converged" if args.converge else "quality"))
+    out.mkdir(parents=True, exist_ok=True)
+    if args.converge:
+        r = converge(out, data)["ptb"]
+        for kind, row in r.items():
+            print(f"{kind:12s} valid {row['valid_ppl']:7.2f}  test {row['test_ppl']:7.2f}  ({row['stopped']})")
+        return r
+    names = args.datasets.split(",")
+    if unknown := set(names) - set(HUB):
+        ap.error(f"--datasets: unknown {sorted(unknown)}; choose from {sorted(HUB)}")
+    return budget(out, data, names, args.minutes)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,7 @@ def parse_args(argv=None):
     a("--weight_decay", type=float, default=0.0)
     a("--clip", type=float, default=1.0, help="global gradient-norm clip (0: none)")
     a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation worsens (sgd, adamw)")
-    a("--patience", type=int, default=3, help="stop after this many epochs without improvement")
+    a("--patience", type=int, default=3, help="stop after this many validations in a row without improvement")
     a("--nonmono", type=int, default=5, help="NT-ASGD trigger window")
     a("--alpha", type=float, default=0.0, help="AR: alpha * mean(h_t^2) on the dropped last-layer output")
     a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
@@ -73,7 +74,7 @@ def parse_args(argv=None):
     a("--eval_bptt", type=int, default=200)
     a("--gradient_accumulation_steps", type=int, default=1)
     a("--seed", type=int, default=1111)
-    a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="bf16 on GPU; CPU LSTM autocast fails")
+    a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="autocast dtype (bf16 on a GPU)")
     a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
     a(
         "--torch_compile",
@@ -85,7 +86,12 @@ def parse_args(argv=None):
     # checkpoints, logs, output
     a("--output_dir", default="outputs/run")
     a("--checkpointing_steps", type=int, default=None, help="save_state every N updates")
-    a("--resume_from_checkpoint", default=None, help="a step_N folder written by --checkpointing_steps")
+    a("--checkpoints_total_limit", type=int, default=None, help="keep only the newest N step_N folders")
+    a(
+        "--resume_from_checkpoint",
+        default=None,
+        help="a step_N folder written by --checkpointing_steps, or 'latest' (the newest in --output_dir, if any)",
+    )
     a("--with_tracking", action="store_true")
     a("--report_to", default="all")
     a("--log_every", type=int, default=50)
@@ -144,6 +150,21 @@ def accelerate_broadcast(accelerator, flag: bool) -> bool:
     return bool(broadcast(torch.tensor([flag], device=accelerator.device)).item())
 
 
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    steps = sorted(out_dir.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))
+    return steps[-1] if steps else None
+
+
+def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None):
+    ckpt = out_dir / f"step_{step}"
+    accelerator.save_state(ckpt)
+    torch.save(cache.state_dict(), ckpt / f"stream_state_{rank}.pt")
+    accelerator.wait_for_everyone()
+    if keep and accelerator.is_main_process:
+        for old in sorted(out_dir.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))[:-keep]:
+            shutil.rmtree(old)
+
+
 class BestWeights:
     """The weights of the best validation so far, saved in checkpoints so a resumed run ends on the same model."""
 
@@ -164,6 +185,7 @@ class TrainState:
         self.epoch, self.segment, self.step, self.lr = 0, 0, 0, lr
         self.val_losses: list[float] = []
         self.best_val, self.bad_epochs, self.targets_seen = math.inf, 0, 0
+        self.stopped = None  # why training ended, for results.json
 
     def state_dict(self):
         return dict(vars(self))
@@ -237,11 +259,13 @@ def main(argv=None):
     best = BestWeights()
     accelerator.register_for_checkpointing(best)
     cache = PointerSentinelCache()
-    if args.resume_from_checkpoint:
-        accelerator.load_state(args.resume_from_checkpoint)
-        cache.load_state_dict(
-            torch.load(Path(args.resume_from_checkpoint) / f"stream_state_{rank}.pt", weights_only=False)
-        )
+    resume = args.resume_from_checkpoint
+    if resume == "latest":
+        resume = latest_checkpoint(Path(args.output_dir))
+        accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
+    if resume:
+        accelerator.load_state(resume)
+        cache.load_state_dict(torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False))
 
     n_params = sum(p.numel() for p in raw.parameters())
     accelerator.print(
@@ -275,17 +299,18 @@ def main(argv=None):
 
     # ---- training ----
     start_time = time.perf_counter()
-    stop = False
+    stop, epoch_segments = False, 1
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
         schedule = segment_schedule(train.shape[1], args.scheme, args.bptt, stride, cfg.pointer_window,
                                     args.variable_bptt, seed=args.seed + state.epoch)  # fmt: skip
-        total = len(schedule)
+        total = epoch_segments = len(schedule)
         if args.max_train_steps:  # the bar ends where training will
             total = min(total, state.segment + (args.max_train_steps - state.step) * args.gradient_accumulation_steps)
         bar = tqdm(total=total, initial=state.segment, desc=f"epoch {state.epoch + 1}",
                    disable=not accelerator.is_local_main_process)  # fmt: skip
-        t0, tokens, run_nll, run_n = time.perf_counter(), 0, 0.0, 0
+        # The running loss stays on the device; the host reads it only when it logs (no sync per segment).
+        t0, tokens, run_nll, run_n = time.perf_counter(), 0, torch.zeros((), dtype=torch.float64), 0
         for p, k in schedule[state.segment :]:
             seg = make_segment(train, p, k, args.scheme, cfg.pointer_window, stride)
             with accelerator.accumulate(model):
@@ -304,29 +329,33 @@ def main(argv=None):
             if accelerator.sync_gradients:
                 state.step += 1
                 averager.update()
-            run_nll += nll.item()
+            run_nll = run_nll.to(nll.device) + nll.detach().double()
             run_n += k * B
             tokens += k * B * W  # targets trained on, all ranks
             state.targets_seen += k * B * W
             bar.update(1)
-            if state.step % args.log_every == 0 or state.segment == len(schedule):
+            log_now = state.step % args.log_every == 0 or state.segment == len(schedule)
+            if log_now:
                 rate = tokens / (time.perf_counter() - t0)  # targets per second
-                sums = accelerator.reduce(
-                    torch.tensor([run_nll, run_n], dtype=torch.float64, device=accelerator.device), "sum"
-                )
+                sums = accelerator.reduce(torch.stack([run_nll, run_nll.new_tensor(run_n)]), "sum")
                 train_loss = (sums[0] / sums[1]).item()  # over all ranks: one process with batch W*B logs the same
                 bar.set_postfix(loss=f"{train_loss:.3f}", ppl=f"{math.exp(train_loss):.1f}", tok_s=f"{rate:.0f}")
                 log({"step": state.step, "epoch": state.epoch, "train_loss": train_loss,
                      "train_ppl": math.exp(train_loss), "lr": lr, "targets_per_s": rate, "world_size": W})  # fmt: skip
-                run_nll, run_n = 0.0, 0
+                run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
-                ckpt = out_dir / f"step_{state.step}"
-                accelerator.save_state(ckpt)
-                torch.save(cache.state_dict(), ckpt / f"stream_state_{rank}.pt")
-            out_of_time = args.max_train_minutes and time.perf_counter() - start_time > 60 * args.max_train_minutes
-            if args.max_train_minutes:  # the main process's clock decides, so every rank stops on the same step
-                out_of_time = bool(accelerate_broadcast(accelerator, out_of_time))
-            if (args.max_train_steps and state.step >= args.max_train_steps) or out_of_time:
+                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
+            # The clock is read when the loop logs anyway; the main process's decides, so all ranks stop together.
+            out_of_time = (
+                args.max_train_minutes
+                and log_now
+                and accelerate_broadcast(accelerator, time.perf_counter() - start_time > 60 * args.max_train_minutes)
+            )
+            if args.max_train_steps and state.step >= args.max_train_steps:
+                state.stopped = f"max_train_steps ({args.max_train_steps})"
+            elif out_of_time:
+                state.stopped = f"max_train_minutes ({args.max_train_minutes:g}): not converged"
+            if state.stopped:
                 stop = True
                 break
         bar.close()
@@ -354,8 +383,11 @@ def main(argv=None):
         state.segment = 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
         if state.bad_epochs >= args.patience:
-            accelerator.print(f"no improvement for {args.patience} epochs: stopping")
+            state.stopped = f"validation did not improve for {args.patience} evaluations in a row"
+            accelerator.print(state.stopped + ": stopping")
             break
+    if state.stopped is None:
+        state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 
     # ---- final: best weights, test perplexity, save, sample ----
     train_minutes = (time.perf_counter() - start_time) / 60  # training and per-epoch validation, not the final passes
@@ -370,13 +402,16 @@ def main(argv=None):
             results[f"{split}_ppl"] = math.exp(evaluate(split))
     results["train_minutes"] = train_minutes
     results["targets_seen"] = state.targets_seen
-    accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()))
-    log({"step": state.step, **results})
+    results["epochs"] = state.epoch + state.segment / epoch_segments  # completed epochs, fractional
+    results["best_validation_ppl"] = math.exp(state.best_val) if state.val_losses else float("nan")
+    accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()) + f" | stopped: {state.stopped}")
+    log({"step": state.step, **results, "stopped": state.stopped})
     accelerator.wait_for_everyone()
     raw.save_pretrained(out_dir, is_main_process=accelerator.is_main_process)
     if accelerator.is_main_process:
         tokenizer.save_pretrained(out_dir)
-        (out_dir / "results.json").write_text(json.dumps({**results, "steps": state.step, "params": n_params}))
+        summary = {**results, "steps": state.step, "params": n_params, "stopped": state.stopped}
+        (out_dir / "results.json").write_text(json.dumps(summary))
     if args.sample_prompt is not None and accelerator.is_main_process:
         generator = pipeline("text-generation", model=str(out_dir), tokenizer=str(out_dir), dtype=torch.float32)
         text = generator(args.sample_prompt, max_new_tokens=30, do_sample=True, top_k=40, temperature=0.8)
