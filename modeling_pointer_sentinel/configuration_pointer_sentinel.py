@@ -35,6 +35,10 @@ class PointerSentinelConfig(PreTrainedConfig):
 
     model_type = "pointer_sentinel_lstm"
     attribute_map = {"num_layers": "num_hidden_layers"}
+    # Trainer's predictions are the logits alone (as for GPT-2): every other output is left out of evaluation.
+    keys_to_ignore_at_inference = ["past_key_values", "hidden_states", "vocab_logits", "gate", "pointer_attention",
+                                   "pointer_loss", "last_hidden_state", "split_state", "target_log_probs",
+                                   "vocab_target_log_probs"]  # fmt: skip
 
     vocab_size: int = 10000
     embedding_size: int = 650

@@ -1,58 +1,118 @@
-"""A slow, obviously-correct loop implementation of the paper's equations, read from a model's parameters."""
+"""A slow, obviously-correct loop implementation of the paper's equations, read from a model's parameters.
+
+In training mode the regularisers' random masks are passed in (`draw_masks` replays the model's random draws in the
+order its forward makes them), so a training-mode forward can be checked number for number.
+"""
 
 import math
 
 import torch
+import torch.nn.functional as F
 
 
-def lstm_step(x, h, c, layer, zoneout=0.0):
-    gates = layer.weight_ih @ x + layer.bias_ih + layer.weight_hh @ h + layer.bias_hh
+def draw_masks(model, B: int, T: int) -> dict:
+    """The masks one training-mode forward of `model` on a (B, T) batch draws, in the order it draws them:
+    embedding rows, input (B, 1, E), then per layer the W_hh DropConnect mask, zoneout's keep masks (h and c, per
+    step) and the locked mask after the layer. Call right after re-seeding torch the way the forward was seeded."""
+    cfg, lstm, dt = model.config, model.model, model.dtype
+    masks = {"layers": []}
+    V, E = lstm.embed_tokens.weight.shape
+    if cfg.embedding_dropout:
+        masks["embedding"] = torch.empty(V, 1, dtype=dt).bernoulli_(1 - cfg.embedding_dropout)
+        masks["embedding"] /= 1 - cfg.embedding_dropout
+    if cfg.input_dropout:
+        masks["input"] = torch.empty(B, 1, E, dtype=dt).bernoulli_(1 - cfg.input_dropout) / (1 - cfg.input_dropout)
+    for k, layer in enumerate(lstm.layers):
+        H = layer.hidden_size
+        m = {}
+        if cfg.weight_drop:
+            m["w_hh"] = F.dropout(torch.ones(4 * H, H, dtype=dt), cfg.weight_drop, True)
+        if cfg.zoneout:
+            m["keep_h"], m["keep_c"] = torch.empty(2, T, B, H, dtype=dt).bernoulli_(cfg.zoneout)
+        p = cfg.output_dropout if k == len(lstm.layers) - 1 else cfg.hidden_dropout
+        if p:
+            m["after"] = torch.empty(B, 1, H, dtype=dt).bernoulli_(1 - p) / (1 - p)
+        masks["layers"].append(m)
+    return masks
+
+
+def lstm_step(x, h, c, layer, w_hh, zoneout=0.0, keep_h=None, keep_c=None):
+    gates = layer.weight_ih @ x + layer.bias_ih + w_hh @ h + layer.bias_hh
     i, f, g, o = gates.chunk(4)
     c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
     h_new = torch.sigmoid(o) * torch.tanh(c_new)
+    if keep_h is not None:  # zoneout in training: each unit keeps its previous value where its mask is 1
+        return keep_h * h + (1 - keep_h) * h_new, keep_c * c + (1 - keep_c) * c_new
     # zoneout at evaluation: each unit keeps its old value with probability p, so use the expectation
     return zoneout * h + (1 - zoneout) * h_new, zoneout * c + (1 - zoneout) * c_new
 
 
 @torch.no_grad()
-def reference(model, ids):
-    """For one sequence ids (T,): per position, the mixture distribution p (V,), the gate g, and the attention over
-    positions t-L+1..t (list, oldest first, None where no position exists). Plain Python loops, float64."""
+def reference_batch(model, ids, masks=None, state=None, window=None):
+    """ids (B, T). Per position the mixture distribution p (B, T, V), the gate g (B, T) and the attention over
+    positions t-L+1..t (B, T, L; 0 where no position exists), the state after the call and the last L (h, id) of
+    each row (oldest first). `masks` from `draw_masks` for a training-mode forward; None for evaluation."""
     cfg, lstm = model.config, model.model
-    L, T = cfg.pointer_window, len(ids)
-    hs = [torch.zeros(layer.hidden_size, dtype=torch.float64) for layer in lstm.layers]
-    cs = [h.clone() for h in hs]
-    top = []
-    for t in range(T):
-        x = lstm.embed_tokens.weight[ids[t]]
-        for k, layer in enumerate(lstm.layers):
-            hs[k], cs[k] = lstm_step(x, hs[k], cs[k], layer, cfg.zoneout)
-            x = hs[k]
-        top.append(x)
-    out = []
-    for t in range(T):
-        h = top[t]
-        logits = model.lm_head.weight @ h + model.lm_head.bias
-        p_vocab = torch.softmax(logits, 0)
-        if model.pointer is None:
-            out.append((p_vocab, 1.0, [None] * L))
-            continue
-        window = [i for i in range(t - L + 1, t + 1)]  # oldest first, current last
-        q = torch.tanh(model.pointer.query.weight @ h + model.pointer.query.bias)
-        z = {i: float(q @ top[i]) for i in window if i >= 0}
-        if cfg.gate_type == "sentinel":
-            e = {i: math.exp(v) for i, v in z.items()}
-            e_s = math.exp(float(q @ model.pointer.sentinel))
-            total = sum(e.values()) + e_s
-            a = {i: v / total for i, v in e.items()}
-            g = e_s / total
+    masks = masks or {"layers": [{} for _ in lstm.layers]}
+    L, (B, T) = cfg.pointer_window, ids.shape
+    emb = lstm.embed_tokens.weight * masks.get("embedding", 1.0)
+    V = emb.shape[0]
+    p_out, g_out, a_out = (torch.zeros(*s, dtype=emb.dtype) for s in ((B, T, V), (B, T), (B, T, L)))
+    g_out += 1
+    new_state, new_window = [], []
+    for b in range(B):
+        if state is None:
+            hs = [torch.zeros(layer.hidden_size, dtype=emb.dtype) for layer in lstm.layers]
+            cs = [h.clone() for h in hs]
         else:
-            m = model.pointer.switch
-            g = float(torch.sigmoid(m[2].weight @ torch.tanh(m[0].weight @ h + m[0].bias) + m[2].bias))
-            total = sum(math.exp(v) for v in z.values())
-            a = {i: (1 - g) * math.exp(v) / total for i, v in z.items()}
-        p = g * p_vocab.clone()
-        for i, ai in a.items():
-            p[ids[i]] += ai  # mass on h_i goes to its input token x_i
-        out.append((p, g, [a.get(i) for i in window]))
+            hs, cs = [h[b] for h in state[0]], [c[b] for c in state[1]]
+        past = list(window[b]) if window is not None else []
+        top = []
+        for t in range(T):
+            x = emb[ids[b, t]] * (masks["input"][b, 0] if "input" in masks else 1.0)
+            for k, layer in enumerate(lstm.layers):
+                m = masks["layers"][k]
+                w_hh = layer.weight_hh * m.get("w_hh", 1.0)
+                keep = (m["keep_h"][t, b], m["keep_c"][t, b]) if "keep_h" in m else (None, None)
+                hs[k], cs[k] = lstm_step(x, hs[k], cs[k], layer, w_hh, cfg.zoneout, *keep)
+                x = hs[k] * (m["after"][b, 0] if "after" in m else 1.0)
+            top.append((x, int(ids[b, t])))
+        new_state.append((hs, cs))
+        seq = past + top  # every position this row has seen, oldest first
+        for t in range(T):
+            h = top[t][0]
+            p_vocab = torch.softmax(model.lm_head.weight @ h + model.lm_head.bias, 0)
+            if model.pointer is None:
+                p_out[b, t] = p_vocab
+                continue
+            now = len(past) + t
+            win = [seq[i] if i >= 0 else None for i in range(now - L + 1, now + 1)]  # oldest first, current last
+            q = torch.tanh(model.pointer.query.weight @ h + model.pointer.query.bias)
+            e = [math.exp(float(q @ w[0])) if w is not None else 0.0 for w in win]
+            if cfg.gate_type == "sentinel":
+                e_s = math.exp(float(q @ model.pointer.sentinel))
+                a, g = [v / (sum(e) + e_s) for v in e], e_s / (sum(e) + e_s)
+            else:
+                s = model.pointer.switch
+                g = float(torch.sigmoid(s[2].weight @ torch.tanh(s[0].weight @ h + s[0].bias) + s[2].bias))
+                a = [(1 - g) * v / sum(e) for v in e]
+            p = g * p_vocab.clone()
+            for w, ai in zip(win, a, strict=True):
+                if w is not None:
+                    p[w[1]] += ai  # mass on h_i goes to its input token x_i
+            p_out[b, t], g_out[b, t], a_out[b, t] = p, g, torch.tensor(a, dtype=a_out.dtype)
+        new_window.append(seq[-L:])
+    state_out = ([torch.stack([s[0][k] for s in new_state]) for k in range(len(lstm.layers))],
+                 [torch.stack([s[1][k] for s in new_state]) for k in range(len(lstm.layers))])  # fmt: skip
+    return p_out, g_out, a_out, state_out, new_window
+
+
+def reference(model, ids):
+    """For one sequence ids (T,) at evaluation: per position (p (V,), g, attention list oldest first with None
+    where no position exists)."""
+    p, g, a, _, _ = reference_batch(model, torch.as_tensor(ids)[None])
+    L, out = model.config.pointer_window, []
+    for t in range(len(ids)):
+        att = [float(a[0, t, j]) if t - L + 1 + j >= 0 else None for j in range(L)]
+        out.append((p[0, t], float(g[0, t]), att if model.pointer is not None else [None] * L))
     return out

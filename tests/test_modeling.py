@@ -259,10 +259,16 @@ def test_init_weights_cover_every_parameter():
         (lambda m: m(torch.tensor([1, 2])), "batch, sequence"),
         (lambda m: m(torch.tensor([[1, 2]]), attention_mask=torch.ones(2, 2)), "attention_mask"),
         (lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 2, 3]])), "labels shape"),
-        (
-            lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 2]]), shift_labels=torch.tensor([[1, 2]])),
-            "either",
-        ),
+        (lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 23]])), "labels must lie in"),
+        (lambda m: m(torch.tensor([[1, 2]]), labels=torch.tensor([[1, -5]])), "labels must lie in"),
+        (lambda m: m(torch.tensor([[1, 2]]), shift_labels=torch.tensor([[99, 1]])), "shift_labels must lie in"),
+        (lambda m: m(torch.tensor([[1, 2]]), split_state_at=-2), "split_state_at"),
+        (lambda m: m(torch.tensor([[1, 2]]), split_state_at=3), "split_state_at"),
+        (lambda m: m(torch.tensor([[1, 2]]), logits_to_keep=-1), "logits_to_keep"),
+        (lambda m: m(torch.tensor([[1, 2]]), inputs_embeds=torch.zeros(1, 2, 8)), "inputs_embeds"),
+        (lambda m: m(torch.tensor([[1, 2]]), output_attentions=True), "output_attentions"),
+        (lambda m: m(torch.tensor([[1, 2, 3, 4, 5]]), attention_mask=torch.ones(1, 7)), "attention_mask"),
+        (lambda m: setattr(m.config, "pointer_window", 0) or m(torch.tensor([[1, 2]])), "pointer_window"),
         (
             lambda m: m(
                 torch.tensor([[1]]), past_key_values=m(torch.tensor([[1], [2]]), use_cache=True).past_key_values
@@ -432,11 +438,16 @@ def test_with_labels_the_softmax_runs_once_and_logits_carry_no_graph():
     model.lm_head.register_forward_hook(lambda *a: calls.append(1))
     ids = repeated_ids()
     out = model(ids, labels=ids)
-    assert len(calls) == 1
+    assert len(calls) == 1 and out.loss.requires_grad
+    assert out.logits is None and out.vocab_logits is None  # training with labels: no vocabulary-sized report
+    model.eval()
+    out = model(ids, labels=ids)
+    assert len(calls) == 2  # the report reuses the loss's softmax
     assert out.loss.requires_grad and not out.logits.requires_grad
     assert out.logits.shape == (2, 13, 23)
     with torch.no_grad():
         torch.testing.assert_close(out.vocab_logits, model.lm_head(out.last_hidden_state))
+        torch.testing.assert_close(out.logits, model(ids).logits)
     assert model(ids).logits.requires_grad  # without labels the mixture stays differentiable
 
 
@@ -448,7 +459,12 @@ def test_short_shift_labels_cover_the_last_positions_and_skip_the_softmax_in_fro
     rows = []
     model.lm_head.register_forward_hook(lambda mod, args, out: rows.append(args[0].shape[1]))
     short = model(ids, shift_labels=y[:, 8:], logits_to_keep=1)
-    assert rows == [5, 1]  # the softmax matrix ran on the 5 labelled positions, then on the kept one
+    assert rows == [5]  # training: the softmax matrix ran on the 5 labelled positions only
+    with torch.no_grad():
+        model.eval()
+        model(ids, shift_labels=y[:, 8:], logits_to_keep=1)
+        model.train()
+    assert rows == [5, 5, 1]  # evaluation: then on the kept one for the report
     torch.testing.assert_close(short.loss, full.loss)
     torch.testing.assert_close(short.target_log_probs, full.target_log_probs[:, 8:])
     short.loss.backward()
