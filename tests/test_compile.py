@@ -21,21 +21,35 @@ def compiled(fn):
     ],
 )
 def test_training_forward_compiles_as_one_graph(kw):
+    """Compiled == eager, loss and gradients, with the same random draws, a padded row and a carried cache."""
     model = tiny_model(**kw).train()
     ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    mask[1, :3] = 0  # left padding: the masked step loop
 
-    @compiled
-    def step(ids, cache):  # the sliding-window scheme's call: carried cache, state split, target-only loss
-        out = model(ids, shift_labels=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, split_state_at=4)
+    def step(ids, mask, cache):  # the sliding-window scheme's call: carried cache, state split, target-only loss
+        out = model(ids, attention_mask=mask, shift_labels=ids, past_key_values=cache, use_cache=True,
+                    logits_to_keep=1, split_state_at=4)  # fmt: skip
         return out.loss, out.past_key_values
 
-    cache = PointerSentinelCache()
-    for _ in range(2):  # the second call carries the first call's (detached) state and window
-        loss, cache = step(ids, cache)
-        loss.backward()
-        cache.detach_()
-    assert torch.isfinite(loss)
-    assert all(p.grad is not None for p in model.parameters())
+    def run(fn):
+        torch.manual_seed(7)
+        cache, losses, grads = PointerSentinelCache(), [], []
+        for _ in range(2):  # the second call carries the first call's (detached) state and window
+            loss, cache = fn(ids, mask if not losses else torch.ones_like(mask), cache)
+            loss.backward()
+            cache.detach_()
+            losses.append(loss.detach())
+            grads.append([p.grad.clone() for p in model.parameters()])
+            model.zero_grad()
+        return losses, grads
+
+    eager_losses, eager_grads = run(step)
+    compiled_losses, compiled_grads = run(compiled(step))
+    torch.testing.assert_close(compiled_losses, eager_losses)
+    for got, want in zip(compiled_grads, eager_grads, strict=True):
+        torch.testing.assert_close(got, want)
+    assert all(g.abs().sum() > 0 for g in eager_grads[0])
 
 
 def test_decoding_step_compiles_as_one_graph():

@@ -11,17 +11,23 @@ from transformers import AutoTokenizer
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 
 
-def run_fresh(code: str, cwd) -> str:
-    """Run code in a new interpreter where this package is NOT importable (only the saved directory is)."""
+def run_fresh(code: str, cwd, with_stderr: bool = False) -> str:
+    """Run code in a new interpreter where this package is NOT importable (only the saved directory is), with
+    standard input closed (a prompt for input fails instead of waiting)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_HUB_OFFLINE"] = "1"
     # The editable install would make the package importable; block it so only the saved code can serve.
     probe = "import sys; sys.modules['modeling_pointer_sentinel'] = None\n"
     done = subprocess.run(
-        [sys.executable, "-c", probe + textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True
+        [sys.executable, "-c", probe + textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
+    return done.stdout + done.stderr if with_stderr else done.stdout
 
 
 def test_save_and_reload_through_remote_code_in_fresh_process(tmp_path):
