@@ -91,6 +91,24 @@ def trainer(model, scheme, B, bptt, stride, steps, device):
     return unit
 
 
+def hf_trainer(model, B, T, steps, device):
+    """The public training call a transformers user makes: model(input_ids, labels=input_ids), backward, SGD step
+    (no cache between steps, as in Trainer). One unit = `steps` updates; returns the targets trained on."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ids = torch.randint(0, model.config.vocab_size, (steps, B, T), generator=torch.Generator().manual_seed(3))
+    ids = ids.to(device)
+    model.train()
+
+    def unit():
+        for x in ids:
+            model(x, labels=x).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return steps * B * (T - 1)
+
+    return unit
+
+
 def evaluator(model, B, T, chunks, device):
     V = model.config.vocab_size
     ids = torch.randint(0, V, (B, T * chunks + 1), generator=torch.Generator().manual_seed(1)).to(device)
@@ -172,7 +190,8 @@ def main(argv=None):
     ap.add_argument(
         "--only",
         default=None,
-        help="comma list of row groups: train,window,rerun,eval,decode,memory,cache,zoneout (default all of these), "
+        help="comma list of row groups: train,public,window,rerun,eval,decode,memory,cache,zoneout (default all of "
+        "these), "
         "zoneout_compiled (opt-in: minutes of compilation)",
     )
     ap.add_argument("--write", default=None, help="write the results as markdown to this file")
@@ -183,7 +202,7 @@ def main(argv=None):
     quick = args.quick
     reps = 3 if quick else 7
     sizes = args.sizes or ("10000:200" if quick else "10000:200,33278:650")
-    groups = set((args.only or "train,window,rerun,eval,decode,memory,cache,zoneout").split(","))
+    groups = set((args.only or "train,public,window,rerun,eval,decode,memory,cache,zoneout").split(","))
     L, B, bptt = 100, 20 if not quick else 8, 35
     rows = []
     header = (
@@ -207,6 +226,14 @@ def main(argv=None):
                 trainer(plain, "stateful", B, bptt, 0, steps, dev),
                 "tok/s",
             )
+        if "public" in groups:  # Trainer's call, at the issue's batch of 32, for a short and a window-long segment
+            for T in (35, 100):
+                add(
+                    f"train targets/s, model(ids, labels=ids) pointer / plain, B=32 T={T} ({tag})",
+                    hf_trainer(ptr, 32, T, steps, dev),
+                    hf_trainer(plain, 32, T, steps, dev),
+                    "targets/s",
+                )
         if "window" in groups:
             add(
                 f"train targets/s, window k1=L / plain LSTM stateful ({tag})",
