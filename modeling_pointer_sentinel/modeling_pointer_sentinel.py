@@ -753,6 +753,14 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 "Contrastive search is not supported: it scores candidate tokens and rolls the cache back, and a "
                 "recurrent state cannot be rolled back. Use greedy, sampling or beam search."
             )
+        ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        mask = kwargs.get("attention_mask")
+        # generate drops an all-ones mask before the forward sees it, so check the shape here.
+        if isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor) and mask.shape != ids.shape:
+            raise ValueError(
+                f"attention_mask of shape {tuple(mask.shape)} does not fit the prompt's input_ids of shape "
+                f"{tuple(ids.shape)}: give one mask entry per prompt token."
+            )
         if pointer_mix is not None:  # carried by the per-call stash (a model kwarg), not by the generation config
             kwargs["pointer_stash"] = PointerStash(mix=pointer_mix)
         return super().generate(*args, **kwargs)

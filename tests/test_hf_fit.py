@@ -159,3 +159,10 @@ def test_model_card_snippet_runs_in_a_fresh_process_with_stdin_closed(tmp_path):
                     with_stderr=True)  # fmt: skip
     assert "DONE" in out and "Do you wish to run the custom code" not in out, out
     assert "to instantiate a model of type" not in out, out
+
+
+def test_generate_refuses_an_attention_mask_of_the_wrong_length():
+    model = tiny_model().eval()
+    with pytest.raises(ValueError, match="attention_mask of shape"):
+        model.generate(torch.tensor([[1, 2, 3, 4, 5]]), attention_mask=torch.ones(1, 7, dtype=torch.long),
+                       max_new_tokens=2, pad_token_id=0)  # fmt: skip
