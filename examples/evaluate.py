@@ -18,6 +18,9 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import add_data_arguments  # noqa: E402
+
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
@@ -26,12 +29,13 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     collect_outputs,
     frequency_buckets,
     gate_statistics,
+)
+from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
     plot_gate_histogram,
     pointer_window_picture,
 )
 from modeling_pointer_sentinel.training import (  # noqa: E402
-    add_data_arguments,
     encode_lines,
     load_text_splits,
     shard_streams,

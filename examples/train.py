@@ -26,13 +26,15 @@ from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import add_data_arguments  # noqa: E402
+
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
-    add_data_arguments,
     encode_lines,
     load_text_splits,
     make_segment,

@@ -12,10 +12,8 @@ from modeling_pointer_sentinel.evaluation import (
     frequency_buckets,
     gate_statistics,
     neural_cache_loop_reference,
-    plot_bucket_differences,
-    plot_gate_histogram,
-    pointer_window_picture,
 )
+from modeling_pointer_sentinel.plotting import plot_bucket_differences, plot_gate_histogram, pointer_window_picture
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 
 
