@@ -116,8 +116,9 @@ def neural_cache_loop_reference(hidden, targets, model_log_probs, window, theta,
     return out
 
 
-def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture"):
-    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first."""
+def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture", progress=None):
+    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first.
+    `progress` (e.g. a tqdm bar) gets `update(1)` after each grid point."""
     lp = outputs.log_probs if base == "mixture" else outputs.vocab_log_probs
     rows = []
     for w in windows:
@@ -125,6 +126,8 @@ def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: st
             for lam in lambdas:
                 mixed = NeuralCache(w, th, lam)(outputs.hidden, outputs.targets, lp)
                 rows.append(dict(window=w, theta=th, lam=lam, ppl=math.exp(-mixed.double().mean().item())))
+                if progress is not None:
+                    progress.update(1)
     return sorted(rows, key=lambda r: r["ppl"])
 
 

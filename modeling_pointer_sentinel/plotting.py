@@ -87,3 +87,41 @@ def pointer_window_picture(model, tokenizer, ids: torch.Tensor, position: int, p
         with open(html_path, "w") as f:
             f.write(f"<html><body style='font-family: monospace'>{head}<p>{spans}</p></body></html>")
     return dict(gate=gate, predicted=predicted, actual=actual, attention=attention, words=words)
+
+
+def pointer_picture_positions(
+    outputs: StreamOutputs, train_ids: torch.Tensor | None = None, exclude_ids=(), n: int = 3, row: int = 0,
+    min_position: int = 0,
+) -> list[int]:  # fmt: skip
+    """Positions of stream `row` worth a pointer picture, chosen like the paper's Figures 5-12: the target is a rare
+    word (training frequency at most the median of the split's targets; never one of `exclude_ids`, e.g. `<eos>` and
+    `<unk>`), the pointer supplies most of its probability, and the model predicts it well (p(y) >= 0.5, so y is the
+    mixture's argmax). Ranked by the probability the pointer puts on the target, one position per word; when fewer
+    than `n` qualify, the rest come from positions meeting fewer of the conditions (rare and pointer-supplied, then
+    pointer-supplied, then any). `train_ids` gives the frequencies (default: the split's own targets); positions
+    before `min_position` (e.g. the pointer window, so the picture shows a full window) are skipped."""
+    y = outputs.targets[row]
+    p = outputs.log_probs[row].double().exp()
+    vocab_part = outputs.gate[row].double() * outputs.vocab_log_probs[row].double().exp()
+    pointer_p = (p - vocab_part).clamp_min(0)  # probability the pointer put on the target
+    pointer_supplies = pointer_p > 0.5 * p
+    ref = (outputs.targets if train_ids is None else train_ids).flatten()
+    counts = torch.bincount(ref, minlength=int(max(ref.max(), outputs.targets.max())) + 1)
+    rare = counts[y] <= counts[outputs.targets.flatten()].double().median()  # the rarer half of the targets
+    allowed = torch.arange(y.numel()) >= min_position
+    for bad in exclude_ids:
+        if bad is not None:
+            allowed &= y != bad
+    tier = torch.full_like(p, 3.0)
+    tier[pointer_supplies] = 2
+    tier[pointer_supplies & rare] = 1
+    tier[pointer_supplies & rare & (p >= 0.5)] = 0
+    order = torch.sort(2 * tier - pointer_p, stable=True).indices  # tier first, then the pointer's probability
+    positions, words = [], set()
+    for t in order.tolist():
+        if len(positions) == n:
+            break
+        if allowed[t] and int(y[t]) not in words:
+            positions.append(t)
+            words.add(int(y[t]))
+    return positions
