@@ -107,3 +107,9 @@ def test_generate_stops_each_sample_at_its_first_eos_and_spaces_the_text(saved_m
         assert text.split()[2:] == [w for w in words if w != "<eos>"]  # one gate per generated word
         lengths.add(len(words))
     assert len(lengths) > 1 and min(lengths) < 6  # some samples did end early, with padding after them
+
+
+def test_docs_and_help_do_not_name_the_developers_shared_folder():
+    """Users have no ../shared: the docs and the scripts' help name Hub datasets or "your copy of ptb.train.txt"."""
+    files = [ROOT / "README.md", ROOT / "model_card.md", *sorted((ROOT / "examples").glob("*.py"))]
+    assert [f.name for f in files if "../shared" in f.read_text()] == []
