@@ -1,11 +1,13 @@
 """Evaluate a saved model: perplexity with and without the pointer, the neural cache, and analysis pictures.
 
     python examples/evaluate.py outputs/quickstart                                  # bundled WikiText-2 test split
-    python examples/evaluate.py outputs/ptb_pointer --test_file ../shared/data/ptb/ptb.test.txt \
-        --validation_file ../shared/data/ptb/ptb.valid.txt --train_file ../shared/data/ptb/ptb.train.txt \
-        --cache_grid --compare outputs/ptb_plain --plots outputs/ptb_plots
+    python examples/evaluate.py outputs/ptb_pointer --dataset_name ptb_text_only \
+        --cache_grid --compare outputs/ptb_plain --plots outputs/ptb_plots --output_json outputs/ptb_pointer.eval.json
 
+(or your copies of PTB: --train_file ptb.train.txt --validation_file ptb.valid.txt --test_file ptb.test.txt).
 Standard conventions: one <eos> per line, the whole split as `--batch_size` contiguous streams, state carried.
+Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
+model folder or data file) stops the script with one `error:` line on stderr and exit status 2.
 """
 
 import argparse
@@ -15,9 +17,12 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import ArgumentParser, add_data_arguments, check_local_path, fail, load_splits  # noqa: E402
+
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
@@ -26,20 +31,21 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     collect_outputs,
     frequency_buckets,
     gate_statistics,
+)
+from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
     plot_gate_histogram,
+    pointer_picture_positions,
     pointer_window_picture,
 )
-from modeling_pointer_sentinel.training import (  # noqa: E402
-    add_data_arguments,
-    encode_lines,
-    load_text_splits,
-    shard_streams,
-)
+from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
+
+# a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
+CACHE_GRID = dict(windows=[500, 2000, 3785], thetas=[0.3, 0.662, 1.0], lambdas=[0.05, 0.1279, 0.2, 0.3])
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a = p.add_argument
     a("model", help="a directory written by save_pretrained (model and tokenizer)")
     a("--split", default="test", choices=["validation", "test"])
@@ -55,9 +61,29 @@ def parse_args(argv=None):
     a("--compare", help="a second model: per-frequency-bucket log-perplexity difference (paper Figure 4)")
     a("--buckets", type=int, default=10)
     a("--plots", help="write PNG (and HTML) pictures to this directory")
-    a("--picture_positions", type=int, nargs="*", default=None, help="positions for pointer pictures")
-    a("--output_json")
-    return p.parse_args(argv)
+    a(
+        "--picture_positions",
+        type=int,
+        nargs="*",
+        default=None,
+        help="token positions of the split for pointer pictures (default: three rare words the pointer supplies and "
+        "the model predicts well, from the first stream)",
+    )
+    a("--output_json", help="write every result here as JSON (the terminal gets a short summary)")
+    args = p.parse_args(argv)
+    if args.plots:  # fail now, not after the whole evaluation
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plots needs matplotlib: pip install matplotlib")
+    if not Path(args.model).is_dir():
+        p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
+                "--output_dir)")  # fmt: skip
+    if args.compare and not Path(args.compare).is_dir():
+        p.error(f"--compare {args.compare}: no such model folder")
+    for flag in ("train_file", "validation_file", "test_file"):
+        check_local_path(p, f"--{flag}", getattr(args, flag))
+    return args
 
 
 def streams_for(ids, batch_size, max_tokens):
@@ -68,23 +94,34 @@ def streams_for(ids, batch_size, max_tokens):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.plots:  # fail now, not after the whole evaluation
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise SystemExit("--plots needs matplotlib: pip install matplotlib") from None
-    tok = AutoTokenizer.from_pretrained(args.model)
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    splits = load_text_splits(args.dataset_name, args.dataset_config_name, args.train_file, args.validation_file,
-                              args.test_file)  # fmt: skip
+    try:
+        tok = AutoTokenizer.from_pretrained(args.model)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    except (OSError, ValueError) as e:
+        fail(f"cannot load the model in {args.model}: {str(e).splitlines()[0]}")
+    if args.compare and AutoConfig.from_pretrained(args.compare).vocab_size != model.config.vocab_size:
+        fail("--compare needs a model with the same vocabulary.")
+    splits = load_splits(args)
     if args.split not in splits:
-        raise ValueError(f"No {args.split} split was given.")
-    ids = {s: encode_lines(tok, lines) for s, lines in splits.items()}
+        fail(f"no {args.split} split: give --{args.split}_file (or --dataset_name)")
+    if args.cache_grid and "validation" not in splits:
+        fail("--cache_grid chooses the cache on the validation split: give --validation_file")
+    if args.compare and "train" not in splits:
+        fail("--compare needs the training split for word frequencies: give --train_file")
+    try:
+        ids = {s: encode_lines(tok, lines) for s, lines in splits.items()}
+        streams_for(ids[args.split], args.batch_size, args.max_tokens)
+    except ValueError as e:  # an empty split, or too few tokens for the streams
+        fail(e)
+    rate = unk_rate(ids[args.split], unk_token_id(tok))
+    if rate > 0.1:
+        print(f"warning: {rate:.1%} of the {args.split} tokens are <unk>: is this the data the tokenizer was built "
+              "for? (with no data flags the bundled WikiText-2 is used)", file=sys.stderr)  # fmt: skip
     need_hidden = args.cache or args.cache_grid
 
     def run(m, split):
         streams = streams_for(ids[split], args.batch_size, args.max_tokens)
-        with tqdm(total=streams.numel(), desc=f"{split}", unit="tok") as bar:
+        with tqdm(total=streams[:, 1:].numel(), desc=f"{split}", unit="tok") as bar:
             return collect_outputs(m, streams, args.bptt, keep_hidden=need_hidden, progress=bar)
 
     out = run(model, args.split)
@@ -94,9 +131,9 @@ def main(argv=None):
         results.update(gate_statistics(out, tok))
     if args.cache_grid:
         val = out if args.split == "validation" else run(model, "validation")
-        # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
-        grid = cache_grid_search(val, windows=[500, 2000, 3785], thetas=[0.3, 0.662, 1.0],
-                                 lambdas=[0.05, 0.1279, 0.2, 0.3])  # fmt: skip
+        points = len(CACHE_GRID["windows"]) * len(CACHE_GRID["thetas"]) * len(CACHE_GRID["lambdas"])
+        with tqdm(total=points, desc="cache grid (validation)", unit="point") as bar:
+            grid = cache_grid_search(val, **CACHE_GRID, progress=bar)
         results["cache_grid"] = grid
         best = grid[0]
         args.cache_window, args.cache_theta, args.cache_lambda = best["window"], best["theta"], best["lam"]
@@ -107,38 +144,66 @@ def main(argv=None):
         results["ppl_with_cache"] = torch.exp(-mixed.double().mean()).item()
         results["cache"] = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda,
                                 alignment="h_i keys x_{i+1} (Grave et al.)")  # fmt: skip
+    picture_positions = None
     if args.plots:
         plots = Path(args.plots)
         plots.mkdir(parents=True, exist_ok=True)
         if model.config.use_pointer:
             plot_gate_histogram(out, plots / "gate_histogram.png")
-            flat = ids[args.split]
+            flat = ids[args.split]  # the first stream is its prefix: stream positions are split positions
             positions = args.picture_positions
-            if positions is None:  # the first positions where the pointer carried most of the target's probability
-                share = 1 - torch.exp(out.gate.double().log() + out.vocab_log_probs - out.log_probs)
-                share = share.masked_fill(out.targets == tok.eos_token_id, -1)  # line ends are easy; show words
-                row0 = share[0, model.config.pointer_window :]
-                positions = (torch.topk(row0, 3).indices + model.config.pointer_window).tolist()
-                flat = streams_for(ids[args.split], args.batch_size, args.max_tokens)[0]
+            if positions is None:
+                positions = pointer_picture_positions(out, ids.get("train"), (tok.eos_token_id, unk_token_id(tok)),
+                                                      min_position=model.config.pointer_window)  # fmt: skip
+            picture_positions = positions
             for k, pos in enumerate(positions):
                 pointer_window_picture(model, tok, flat, pos, plots / f"pointer_{k}.png", plots / f"pointer_{k}.html")
     if args.compare:
         other = AutoModelForCausalLM.from_pretrained(args.compare, dtype=torch.float32).eval()
-        if other.config.vocab_size != model.config.vocab_size:
-            raise ValueError("--compare needs a model with the same vocabulary.")
         out_b = run(other, args.split)
-        if "train" not in ids:
-            raise ValueError("--compare needs the training split for word frequencies.")
         buckets = frequency_buckets(ids["train"], out.targets, args.buckets)
         diffs = bucket_log_ppl_difference(out.log_probs, out_b.log_probs, buckets, args.buckets)
         results["compare"] = {"model": args.compare, "ppl": out_b.perplexity(), "bucket_log_ppl_gain": diffs}
         if args.plots:
             plot_bucket_differences(diffs, Path(args.plots) / "frequency_buckets.png", Path(args.model).name,
                                     Path(args.compare).name)  # fmt: skip
-    print(json.dumps(results, indent=2))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=2))
+    print(summary(results, args, picture_positions))
     return results
+
+
+def summary(results: dict, args, picture_positions=None) -> str:
+    """A few lines for the terminal; the full results go to --output_json."""
+    rows = [("model", results["ppl"])]
+    if "ppl_pointer_off" in results:
+        rows.append(("pointer switched off (g = 1)", results["ppl_pointer_off"]))
+    if "ppl_with_cache" in results:
+        c = results["cache"]
+        cache = f"window {c['window']}, θ {c['theta']}, λ {c['lam']}"
+        if "cache_grid_best_on_validation" in results:
+            rows.append((f"+ neural cache, chosen on validation ({cache}): validation",
+                         results["cache_grid_best_on_validation"]["ppl"]))  # fmt: skip
+        rows.append((f"+ neural cache ({cache}): {results['split']}", results["ppl_with_cache"]))
+    if "compare" in results:
+        rows.append((f"--compare {results['compare']['model']}", results["compare"]["ppl"]))
+    width = max(len(label) for label, _ in rows)
+    title = f"{results['split']} split, {results['tokens']:,} targets"
+    width = max(width, len(title))
+    lines = [f"{title:{width}s}  {'perplexity':>10s}"]
+    lines += [f"{label:{width}s}  {value:10.2f}" for label, value in rows]
+    if "mean_gate" in results:
+        lines.append(f"mean gate g {results['mean_gate']:.3f}; the pointer's share of the target probability "
+                     f"{results['mean_pointer_share_of_target_prob']:.3f}")  # fmt: skip
+    if "compare" in results:
+        gains = " ".join(f"{d:+.2f}" for d in results["compare"]["bucket_log_ppl_gain"])
+        lines.append(f"log-perplexity gain over --compare by frequency bucket (frequent ... rare): {gains}")
+    if args.plots:
+        at = f" (pointer pictures at positions {picture_positions})" if picture_positions else ""
+        lines.append(f"pictures: {args.plots}/{at}")
+    if args.output_json:
+        lines.append(f"all results: {args.output_json}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
-"""Evaluation and analysis: perplexity with and without the pointer, Grave et al.'s neural cache, rare-word buckets,
-gate statistics and pointer pictures. Everything works on per-target outputs of the model's own forward (one
-implementation of the mixture)."""
+"""Evaluation measures: perplexity with and without the pointer, Grave et al.'s neural cache, rare-word buckets and
+gate statistics. Everything works on per-target outputs of the model's own forward (one implementation of the
+mixture). The pictures (gate histogram, bucket bars, pointer windows) are in `plotting.py`."""
 
-import html
 import math
 from dataclasses import dataclass
 
@@ -117,8 +116,9 @@ def neural_cache_loop_reference(hidden, targets, model_log_probs, window, theta,
     return out
 
 
-def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture"):
-    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first."""
+def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture", progress=None):
+    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first.
+    `progress` (e.g. a tqdm bar) gets `update(1)` after each grid point."""
     lp = outputs.log_probs if base == "mixture" else outputs.vocab_log_probs
     rows = []
     for w in windows:
@@ -126,6 +126,8 @@ def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: st
             for lam in lambdas:
                 mixed = NeuralCache(w, th, lam)(outputs.hidden, outputs.targets, lp)
                 rows.append(dict(window=w, theta=th, lam=lam, ppl=math.exp(-mixed.double().mean().item())))
+                if progress is not None:
+                    progress.update(1)
     return sorted(rows, key=lambda r: r["ppl"])
 
 
@@ -192,81 +194,12 @@ def gate_statistics(outputs: StreamOutputs, tokenizer=None, top: int = 20, min_c
     }
 
 
-def plot_gate_histogram(outputs: StreamOutputs, path, title="gate g over the split"):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(outputs.gate.flatten().numpy(), bins=50, color="#4472c4")
-    ax.set_xlabel("g (share of the vocabulary softmax)")
-    ax.set_ylabel("positions")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+_MOVED_TO_PLOTTING = ("plot_gate_histogram", "plot_bucket_differences", "pointer_window_picture")
 
 
-def plot_bucket_differences(diffs, path, label_a="pointer", label_b="plain"):
-    import matplotlib
+def __getattr__(name):  # the plotting functions lived here before; keep `evaluation.plot_...` imports working
+    if name in _MOVED_TO_PLOTTING:
+        from . import plotting
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar(range(1, len(diffs) + 1), diffs, color=["#2e7d32" if d > 0 else "#c62828" for d in diffs])
-    ax.axhline(0, color="black", lw=0.8)
-    ax.set_xlabel("word-frequency bucket (1 = most frequent, equal numbers of targets)")
-    ax.set_ylabel(f"mean log p_{label_a} - log p_{label_b}")
-    ax.set_title(f"{label_a} vs {label_b}: log-perplexity gain by training frequency")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-@torch.no_grad()
-def pointer_window_picture(model, tokenizer, ids: torch.Tensor, position: int, png_path, html_path=None) -> dict:
-    """The paper's Figures 5-12: the window before `position` coloured by pointer attention, with the gate, the
-    predicted word and the true next word."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    model.eval()
-    out = model(ids[None, : position + 1], logits_to_keep=1)
-    L = model.config.pointer_window
-    attention = out.pointer_attention[0, -1].tolist()  # oldest first
-    start = position + 1 - L
-    words = [tokenizer.convert_ids_to_tokens(int(ids[i])) if i >= 0 else "" for i in range(start, position + 1)]
-    gate = out.gate[0, -1].item()
-    predicted = tokenizer.convert_ids_to_tokens(int(out.logits[0, -1].argmax()))
-    actual = tokenizer.convert_ids_to_tokens(int(ids[position + 1])) if position + 1 < len(ids) else None
-    top = max(attention) or 1.0
-    fig, ax = plt.subplots(figsize=(12, 5))
-    ax.axis("off")
-    x, y = 0.0, 1.0
-    for word, a in zip(words, attention, strict=True):
-        if not word:
-            continue
-        width = 0.012 * (len(word) + 1)
-        if x + width > 1:
-            x, y = 0.0, y - 0.09
-        ax.text(x, y, word, fontsize=10, va="top", family="monospace",
-                bbox=dict(facecolor=plt.cm.Reds(a / top), edgecolor="none", pad=1.5))  # fmt: skip
-        x += width
-    ax.set_title(f"gate g = {gate:.3f} (pointer {1 - gate:.3f}) | predicted: {predicted} | actual: {actual}")
-    fig.tight_layout()
-    fig.savefig(png_path, dpi=120)
-    plt.close(fig)
-    if html_path is not None:
-        spans = "".join(
-            f'<span style="background: rgba(200,0,0,{a / top:.3f})" title="{a:.4f}">{html.escape(w)}</span> '
-            for w, a in zip(words, attention, strict=True)
-            if w
-        )
-        head = f"<p>g = {gate:.3f}; predicted <b>{html.escape(predicted)}</b>; actual <b>{html.escape(actual)}</b></p>"
-        with open(html_path, "w") as f:
-            f.write(f"<html><body style='font-family: monospace'>{head}<p>{spans}</p></body></html>")
-    return dict(gate=gate, predicted=predicted, actual=actual, attention=attention, words=words)
+        return getattr(plotting, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,16 +20,6 @@ BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
 SPLITS = ("train", "validation", "test")
 
 
-def add_data_arguments(parser):
-    """The data flags shared by examples/train.py and examples/evaluate.py."""
-    a = parser.add_argument
-    a("--dataset_name", help="a Hugging Face datasets name, e.g. wikitext (default: the bundled WikiText-2)")
-    a("--dataset_config_name", help="e.g. wikitext-2-v1")
-    a("--train_file", help="local plain text, one line per sentence or paragraph")
-    a("--validation_file")
-    a("--test_file")
-
-
 def load_text_splits(
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
@@ -37,14 +27,15 @@ def load_text_splits(
     validation_file: str | None = None,
     test_file: str | None = None,
 ) -> dict[str, list[str]]:
-    """Lines of each split through `datasets`: a Hub dataset, local text files, or the bundled WikiText-2."""
+    """Lines of each split through `datasets`: a Hub dataset, local text files (the splits given), or the bundled
+    WikiText-2 (when no dataset and no file is named)."""
     import datasets
 
     if dataset_name:
         ds = datasets.load_dataset(dataset_name, dataset_config_name)
         column = "text" if "text" in ds["train"].column_names else ds["train"].column_names[0]
         return {split: ds[split][column] for split in SPLITS if split in ds}
-    if train_file:
+    if train_file or validation_file or test_file:  # local files: only the splits given (evaluation needs no train)
         files = {"train": train_file, "validation": validation_file, "test": test_file}
     else:
         files = {
@@ -70,6 +61,20 @@ def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
     if not ids:
         raise ValueError("The corpus is empty.")
     return torch.tensor(ids, dtype=torch.long)
+
+
+def unk_token_id(tokenizer) -> int | None:
+    """The id words outside the vocabulary map to: the declared unk token, else the tokenizer model's own (the
+    word-level tokenizer keeps `<unk>` an ordinary word); None for tokenizers without one (byte-level BPE)."""
+    if tokenizer.unk_token_id is not None:
+        return tokenizer.unk_token_id
+    unk = getattr(tokenizer.backend_tokenizer.model, "unk_token", None)
+    return tokenizer.backend_tokenizer.token_to_id(unk) if unk else None
+
+
+def unk_rate(ids: torch.Tensor, unk_id: int | None) -> float:
+    """Fraction of the tokens of an id stream (every one a target, `<eos>` included) that are the unk token."""
+    return 0.0 if unk_id is None or ids.numel() == 0 else (ids == unk_id).double().mean().item()
 
 
 def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:

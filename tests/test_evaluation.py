@@ -1,4 +1,6 @@
+import json
 import math
+import types
 
 import pytest
 import torch
@@ -6,14 +8,18 @@ from conftest import tiny_model
 
 from modeling_pointer_sentinel.evaluation import (
     NeuralCache,
+    StreamOutputs,
     bucket_log_ppl_difference,
     cache_grid_search,
     collect_outputs,
     frequency_buckets,
     gate_statistics,
     neural_cache_loop_reference,
+)
+from modeling_pointer_sentinel.plotting import (
     plot_bucket_differences,
     plot_gate_histogram,
+    pointer_picture_positions,
     pointer_window_picture,
 )
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
@@ -58,7 +64,10 @@ def test_collected_perplexity_equals_model_loss():
     assert outs.perplexity(pointer=False) == pytest.approx(math.exp(vocab.item()), rel=1e-5)
     assert outs.hidden.shape == (2, 40, 12)
     torch.testing.assert_close(outs.gate, whole.gate)
-    rows = cache_grid_search(outs, windows=[5, 20], thetas=[0.5], lambdas=[0.0, 0.2])
+    progress = types.SimpleNamespace(n=0)
+    progress.update = lambda k: setattr(progress, "n", progress.n + k)
+    rows = cache_grid_search(outs, windows=[5, 20], thetas=[0.5], lambdas=[0.0, 0.2], progress=progress)
+    assert progress.n == 4  # one update per grid point, for a progress bar
     assert sorted((r["window"], r["lam"]) for r in rows) == [(5, 0.0), (5, 0.2), (20, 0.0), (20, 0.2)]
     for r in rows:  # each row's perplexity, recomputed with the per-token loop reference
         ref = neural_cache_loop_reference(outs.hidden, outs.targets, outs.log_probs, r["window"], 0.5, r["lam"])
@@ -109,7 +118,7 @@ def test_gate_statistics_and_pictures(tmp_path):
     assert "<span" in (tmp_path / "window.html").read_text()
 
 
-def test_evaluate_script_end_to_end(tmp_path):
+def test_evaluate_script_end_to_end(tmp_path, capsys):
     import sys
 
     from conftest import ROOT
@@ -142,6 +151,46 @@ def test_evaluate_script_end_to_end(tmp_path):
     assert len(res["compare"]["bucket_log_ppl_gain"]) == 10
     for name in ("gate_histogram.png", "frequency_buckets.png", "pointer_0.png", "pointer_0.html"):
         assert (tmp_path / "plots" / name).stat().st_size > 0
+    # the terminal gets a short summary, the JSON file everything
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res))
+    out, err = capsys.readouterr()
+    assert "{" not in out and len(out.splitlines()) <= 12, out
+    c = res["cache"]
+    chosen = f"window {c['window']}, θ {c['theta']}, λ {c['lam']}"
+    assert chosen in out
+    for value in (res["ppl"], res["ppl_pointer_off"], best["ppl"], res["ppl_with_cache"], res["compare"]["ppl"]):
+        assert f"{value:.2f}" in out
+    assert "cache grid (validation)" in err and "36/36" in err  # a progress bar over the grid points
+
+
+def stream_outputs(targets, p_vocab, gate, pointer_p):
+    """StreamOutputs of one stream from per-position p_vocab(y), g and the pointer's probability on y."""
+    t = lambda v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
+    p_mix = t(gate) * t(p_vocab) + t(pointer_p)
+    return StreamOutputs(torch.tensor([targets]), p_mix.log(), t(p_vocab).log(), t(gate))
+
+
+def test_pointer_picture_positions_pick_rare_words_the_pointer_predicts():
+    """Like the paper's figures: a rare target (not <eos>/<unk>) that the pointer supplies and the model gets right.
+    Word 0 is <eos>, 1 <unk>, 2-3 frequent in training, 5-9 rare."""
+    train = torch.tensor([0] * 50 + [1] * 30 + [2] * 40 + [3] * 40 + [5, 6, 7, 8, 9])
+    cases = [  # (target, p_vocab, g, pointer's probability on the target)
+        (5, 0.9, 0.1, 0.9),  # 0: before min_position
+        (2, 0.1, 0.1, 0.95),  # 1: frequent word
+        (0, 0.1, 0.1, 0.9),  # 2: <eos>
+        (1, 0.1, 0.1, 0.9),  # 3: <unk>
+        (6, 0.01, 0.0, 0.2),  # 4: rare, all from the pointer, but poorly predicted
+        (7, 0.9, 0.9, 0.05),  # 5: rare, predicted well by the vocabulary softmax
+        (8, 0.01, 0.1, 0.7),  # 6: rare, the pointer's, well predicted: the best
+        (9, 0.01, 0.05, 0.6),  # 7: rare, the pointer's, well predicted
+        (8, 0.01, 0.05, 0.8),  # 8: the same word as position 6 (one picture per word)
+        (2, 0.1, 0.1, 0.9),  # 9: frequent word
+        (3, 0.9, 0.9, 0.0),  # 10: frequent word, predicted by the vocabulary
+    ]
+    outs = stream_outputs(*map(list, zip(*cases, strict=True)))
+    pick = pointer_picture_positions(outs, train, exclude_ids=(0, 1), n=3, min_position=1)
+    assert pick == [8, 7, 4]  # well predicted first, then the rest the pointer supplies; position 6 repeats word 8
+    assert pointer_picture_positions(outs, train, exclude_ids=(0, 1), n=6, min_position=1)[3:] == [1, 5, 10]
 
 
 def test_pointer_picture_html_escapes_words(tmp_path):
@@ -153,7 +202,7 @@ def test_pointer_picture_html_escapes_words(tmp_path):
     assert "&lt;unk&gt;" in page and "<unk>" not in page
 
 
-def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path):
+def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path, capsys):
     import sys
 
     from conftest import ROOT
@@ -162,5 +211,6 @@ def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path):
     from evaluate import main
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
-    with pytest.raises(SystemExit, match="matplotlib"):  # before the (nonexistent) model is even loaded
+    with pytest.raises(SystemExit) as stop:  # before the (nonexistent) model is even looked at
         main([str(tmp_path / "no_model"), "--plots", str(tmp_path / "plots")])
+    assert stop.value.code == 2 and "error: --plots needs matplotlib" in capsys.readouterr().err

@@ -125,7 +125,7 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
 )
 def test_bad_inputs_fail_before_training(corpus, tmp_path, extra, message):
     done = launch(data_args(corpus) + ["--output_dir", str(tmp_path)] + extra, check=False)
-    assert done.returncode != 0 and message in done.stderr
+    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
     assert not (tmp_path / "log.jsonl").exists()
 
 
@@ -140,7 +140,29 @@ def test_empty_corpus_and_vocab_mismatch_fail_clearly(corpus, tmp_path):
     build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()).save_pretrained(tmp_path / "m")
     args = ["--output_dir", str(tmp_path / "x"), "--model_name_or_path", str(tmp_path / "m")]
     done = launch(data_args(corpus) + args, check=False)
-    assert done.returncode != 0 and "tokenizer has 42 words" in done.stderr
+    assert done.returncode == 2 and "tokenizer has 42 words" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tokenizer_that_does_not_fit_the_data_is_refused_unless_allowed(corpus, tmp_path):
+    """A saved tokenizer with a small vocabulary maps most of the corpus to <unk>: the perplexity would mean nothing.
+    The script refuses before training (one error line), reports each split's <unk> rate at start-up and in
+    results.json, prints where it saved the model, and labels its evaluation bars in tokens."""
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    build_word_level_tokenizer(["w1 w2 w3 w4"]).save_pretrained(tmp_path / "small_tok")  # 4 of the 40 words
+    args = data_args(corpus) + ["--tokenizer_name", str(tmp_path / "small_tok"), "--output_dir", str(tmp_path / "r")]
+    done = launch(args, check=False)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "are <unk> (more than --max_unk_rate 0.1)" in done.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "r" / "log.jsonl").exists()
+    done = launch(args + ["--max_unk_rate", "1", "--max_train_steps", "2", "--eval_max_tokens", "200"])
+    rates = json.loads((tmp_path / "r" / "results.json").read_text())["unk_rate"]
+    assert set(rates) == {"train", "validation", "test"} and all(0.75 < r < 0.95 for r in rates.values()), rates
+    assert f"<unk> rate: train {rates['train']:.2%}" in done.stdout
+    assert f"saved the model and tokenizer to {tmp_path / 'r'}/ (results: {tmp_path / 'r' / 'results.json'}" in (
+        done.stdout
+    )
+    assert "validation:   0%|          | 0/198 [00:00<?, ?tok/s]" in done.stderr  # the bars count tokens
 
 
 def position_nll(model, streams):
@@ -247,7 +269,7 @@ def test_resume_ends_on_the_same_best_weights(corpus, tmp_path):
         torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
 
 
-def test_config_mistakes_and_empty_files_raise_value_errors(tmp_path):
+def test_config_mistakes_exit_with_one_error_line(tmp_path, capsys):
     sys.path.insert(0, str(TRAIN.parent))
     from train import parse_args
 
@@ -256,11 +278,21 @@ def test_config_mistakes_and_empty_files_raise_value_errors(tmp_path):
     for bad, match in (({"model": {"hidden_sise": 4}}, "hidden_sise"), ({"optimizer": "adam"}, "optimizer"),
                        ({"scheme": "tbptt"}, "scheme"), ({"learning_rat": 1}, "learning_rat")):  # fmt: skip
         (tmp_path / "c.json").write_text(json.dumps(bad))
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(SystemExit) as stop:
             parse_args(["--config", str(tmp_path / "c.json")])
+        err = capsys.readouterr().err
+        assert stop.value.code == 2 and len(err.splitlines()) == 1 and "error: " in err and match in err, err
     (tmp_path / "empty.txt").write_text("")
     with pytest.raises(ValueError, match="train file .* is empty"):
         load_text_splits(train_file=str(tmp_path / "empty.txt"))
+
+
+def test_local_files_without_a_train_file_give_only_those_splits(corpus):
+    """Regression: --test_file without --train_file was ignored and the bundled WikiText-2 evaluated instead."""
+    from modeling_pointer_sentinel.training import load_text_splits
+
+    splits = load_text_splits(test_file=str(corpus / "test.txt"))
+    assert list(splits) == ["test"] and splits["test"] == (corpus / "test.txt").read_text().splitlines()
 
 
 def test_tar_uses_the_raw_output_and_ar_the_dropped_one():

@@ -1,0 +1,89 @@
+"""Command-line helpers shared by the example scripts (train.py, evaluate.py, generate.py): the data flags, JSON
+config files, and invalid input that ends in one line on stderr (`PROG: error: ...`, exit status 2), not a traceback."""
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+
+def fail(message, prog: str | None = None):
+    """Stop with one line on stderr and exit status 2, as argparse's `parser.error` does (without the usage)."""
+    prog = prog or os.path.basename(sys.argv[0])
+    sys.stderr.write(f"{prog}: error: {' '.join(str(message).split())}\n")
+    sys.exit(2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: the usage of these scripts runs to dozens of lines and would bury the message."""
+
+    def error(self, message):
+        fail(message, self.prog)
+
+
+def add_data_arguments(parser):
+    """The data flags shared by examples/train.py and examples/evaluate.py."""
+    a = parser.add_argument
+    a("--dataset_name", help="a Hugging Face datasets name, e.g. wikitext (default: the bundled WikiText-2)")
+    a("--dataset_config_name", help="e.g. wikitext-2-v1")
+    a("--train_file", help="local plain text, one line per sentence or paragraph")
+    a("--validation_file")
+    a("--test_file")
+
+
+def check_local_path(parser, flag: str, value: str | None):
+    """A value that can only be a local path (starts with . / ~, or has more than one /) must exist; "name" and
+    "owner/name" may be Hub ids and are left to from_pretrained."""
+    if value and (value.startswith((".", "/", "~")) or value.count("/") > 1) and not Path(value).expanduser().exists():
+        parser.error(f"{flag} {value}: no such file or folder")
+
+
+def load_splits(args) -> dict[str, list[str]]:
+    """`load_text_splits` from the data flags; a missing or empty file, or a dataset that cannot be loaded, fails."""
+    from modeling_pointer_sentinel.training import load_text_splits
+
+    try:
+        return load_text_splits(
+            args.dataset_name, args.dataset_config_name, args.train_file, args.validation_file, args.test_file
+        )
+    except (OSError, ValueError) as e:  # FileNotFoundError and the datasets library's not-found errors included
+        fail(e)
+
+
+def read_config(parser, argv, model_fields: set[str]) -> dict:
+    """Make the `--config` JSON file's entries the parser's defaults (the command line still wins); returns its
+    "model" entry. Keys starting with "_" are comments. Every mistake in the file fails with one line."""
+    pre, _ = parser.parse_known_args(argv)
+    if not pre.config:
+        return {}
+    path = Path(pre.config)
+    if not path.is_file():
+        parser.error(f"--config {path}: no such file")
+    try:
+        cfg = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        parser.error(f"--config {path} is not valid JSON: {e}")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("model", {}), dict):
+        parser.error(f"--config {path} must hold a JSON object, with the model fields in an object under 'model'")
+    cfg = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    model = {k: v for k, v in cfg.pop("model", {}).items() if not k.startswith("_")}
+    actions = {act.dest: act for act in parser._actions}
+    if unknown := sorted(set(cfg) - set(actions) - {"help"}):
+        parser.error(f"unknown keys in --config {path}: {unknown}")
+    if unknown := sorted(set(model) - model_fields):
+        parser.error(f"unknown model fields in --config {path}: {unknown}")
+    for key, value in cfg.items():
+        act = actions[key]
+        if act.choices is not None and value not in act.choices:
+            parser.error(f"--config {path}: {key} must be one of {list(act.choices)}, got {value!r}")
+        wanted = bool if act.nargs == 0 else act.type  # store_true flags take true/false
+        ok, what = {
+            bool: (lambda v: isinstance(v, bool), "true or false"),
+            int: (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+            float: (lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"),
+        }.get(wanted, (None, None))
+        if ok is not None and value is not None and not ok(value):
+            parser.error(f"--config {path}: {key} must be {what}, got {value!r}")
+    parser.set_defaults(**cfg)
+    return model
