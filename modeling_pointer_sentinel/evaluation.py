@@ -131,28 +131,6 @@ def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: st
     return sorted(rows, key=lambda r: r["ppl"])
 
 
-def benchmark_neural_cache(model, reps, quick, compare):
-    """Benchmark row (benchmarks/run.py): vectorised cache vs the per-token loop, same outputs."""
-    g = torch.Generator().manual_seed(0)
-    B, N, D, W = 1, 300 if quick else 1000, model.config.output_size, 500
-    h = torch.randn(B, N, D, generator=g) / math.sqrt(D)
-    y = torch.randint(0, 50, (B, N), generator=g)
-    lp = torch.full((B, N), -4.0)
-    fast = NeuralCache(W, 0.662, 0.1279)(h, y, lp)
-    torch.testing.assert_close(fast, neural_cache_loop_reference(h, y, lp, W, 0.662, 0.1279), atol=1e-4, rtol=1e-4)
-
-    def vec():
-        NeuralCache(W, 0.662, 0.1279)(h, y, lp)
-        return B * N
-
-    def loop():
-        neural_cache_loop_reference(h, y, lp, W, 0.662, 0.1279)
-        return B * N
-
-    return compare(f"neural cache eval tokens/s, vectorised / per-token loop (window {W}, D={D})", vec, loop,
-                   reps, "tok/s")  # fmt: skip
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Analyses
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,14 +170,3 @@ def gate_statistics(outputs: StreamOutputs, tokenizer=None, top: int = 20, min_c
         "mean_pointer_share_of_target_prob": pointer_share.mean().item(),
         "top_pointer_words": [(name(w), round(s, 3), n) for w, s, n in words[:top]],
     }
-
-
-_MOVED_TO_PLOTTING = ("plot_gate_histogram", "plot_bucket_differences", "pointer_window_picture")
-
-
-def __getattr__(name):  # the plotting functions lived here before; keep `evaluation.plot_...` imports working
-    if name in _MOVED_TO_PLOTTING:
-        from . import plotting
-
-        return getattr(plotting, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
