@@ -1,4 +1,4 @@
-"""Deliberate breaks: each entry changes one behaviour of the package in a scratch copy of this checkout, then runs
+"""Deliberate breaks: each entry changes one behaviour of the package in a scratch copy of the committed HEAD, then runs
 the model tests; every break must make at least one test fail. Run after changing a test or the behaviour it guards:
 
     python tests/deliberate_breaks.py            # about 6 minutes on 2 CPU cores; one JSON line per break
