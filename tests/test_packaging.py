@@ -7,7 +7,8 @@ import tomllib
 
 from conftest import ROOT
 
-LOCAL = {"modeling_pointer_sentinel", "conftest", "reference", "cli", "train", "evaluate", "generate", "run"}
+FOLDERS = ("modeling_pointer_sentinel", "examples", "tests", "benchmarks")
+LOCAL = {"modeling_pointer_sentinel"} | {p.stem for f in FOLDERS for p in (ROOT / f).glob("*.py")}  # sibling modules
 DISTRIBUTION = {"huggingface_hub": "huggingface-hub"}  # import name -> distribution name where they differ
 
 
