@@ -431,7 +431,7 @@ def main(argv=None):
     results["train_minutes"] = train_minutes
     results["targets_seen"] = state.targets_seen
     results["epochs"] = state.epoch + state.segment / epoch_segments  # completed epochs, fractional
-    results["best_validation_ppl"] = math.exp(state.best_val) if state.val_losses else float("nan")
+    results["best_validation_ppl"] = math.exp(state.best_val) if state.val_losses else None
     accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()) + f" | stopped: {state.stopped}")
     log({"step": state.step, **results, "stopped": state.stopped})
     accelerator.wait_for_everyone()
