@@ -432,7 +432,8 @@ def main(argv=None):
     results["targets_seen"] = state.targets_seen
     results["epochs"] = state.epoch + state.segment / epoch_segments  # completed epochs, fractional
     results["best_validation_ppl"] = math.exp(state.best_val) if state.val_losses else None
-    accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in results.items()) + f" | stopped: {state.stopped}")
+    shown = {k: v for k, v in results.items() if v is not None}
+    accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in shown.items()) + f" | stopped: {state.stopped}")
     log({"step": state.step, **results, "stopped": state.stopped})
     accelerator.wait_for_everyone()
     raw.save_pretrained(out_dir, is_main_process=accelerator.is_main_process)
