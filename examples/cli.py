@@ -32,6 +32,25 @@ def add_data_arguments(parser):
     a("--test_file")
 
 
+def load_or_fail(what: str, load, name: str):
+    """`load(name)` (a `from_pretrained`), or one error line saying what could not be loaded and why."""
+    try:
+        return load(name)
+    except (OSError, ValueError) as e:
+        fail(f"cannot load the {what} {name}: {str(e).splitlines()[0]}")
+
+
+def load_saved_model(folder: str):
+    """The tokenizer and the model (float32, eval mode) of a folder written by save_pretrained."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def load(f):
+        return AutoTokenizer.from_pretrained(f), AutoModelForCausalLM.from_pretrained(f, dtype=torch.float32).eval()
+
+    return load_or_fail("model in", load, folder)
+
+
 def check_local_path(parser, flag: str, value: str | None):
     """A value that can only be a local path (starts with . / ~, or has more than one /) must exist; "name" and
     "owner/name" may be Hub ids and are left to from_pretrained."""

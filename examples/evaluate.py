@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, add_data_arguments, check_local_path, fail, load_splits  # noqa: E402
+from cli import ArgumentParser, add_data_arguments, check_local_path, fail, load_saved_model, load_splits  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
@@ -94,11 +94,7 @@ def streams_for(ids, batch_size, max_tokens):
 
 def main(argv=None):
     args = parse_args(argv)
-    try:
-        tok = AutoTokenizer.from_pretrained(args.model)
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    except (OSError, ValueError) as e:
-        fail(f"cannot load the model in {args.model}: {str(e).splitlines()[0]}")
+    tok, model = load_saved_model(args.model)
     if args.compare and AutoConfig.from_pretrained(args.compare).vocab_size != model.config.vocab_size:
         fail("--compare needs a model with the same vocabulary.")
     splits = load_splits(args)

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+from transformers import set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, fail  # noqa: E402
+from cli import ArgumentParser, load_saved_model  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 
@@ -53,11 +53,7 @@ def main(argv=None):
                 "--output_dir)")  # fmt: skip
 
     set_seed(args.seed)
-    try:
-        tok = AutoTokenizer.from_pretrained(args.model)
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
-    except (OSError, ValueError) as e:
-        fail(f"cannot load the model in {args.model}: {str(e).splitlines()[0]}")
+    tok, model = load_saved_model(args.model)
     ids = tok(args.prompt or tok.eos_token, return_tensors="pt")["input_ids"]
     out = model.generate(
         ids,

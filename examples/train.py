@@ -13,6 +13,7 @@ stderr and exit status 2.
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -29,7 +30,15 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, add_data_arguments, check_local_path, fail, load_splits, read_config  # noqa: E402
+from cli import (  # noqa: E402
+    ArgumentParser,
+    add_data_arguments,
+    check_local_path,
+    fail,
+    load_or_fail,
+    load_splits,
+    read_config,
+)
 
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
@@ -126,20 +135,14 @@ def parse_args(argv=None):
 
 def build_tokenizer(args, train_lines):
     if args.tokenizer_name or args.model_name_or_path:
-        name = args.tokenizer_name or args.model_name_or_path
-        try:
-            return AutoTokenizer.from_pretrained(name)
-        except (OSError, ValueError) as e:
-            fail(f"cannot load the tokenizer {name}: {str(e).splitlines()[0]}")
+        return load_or_fail("tokenizer", AutoTokenizer.from_pretrained, args.tokenizer_name or args.model_name_or_path)
     return build_word_level_tokenizer(train_lines)
 
 
 def build_model(args, tokenizer):
     if args.model_name_or_path:
-        try:
-            model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=torch.float32)
-        except (OSError, ValueError) as e:
-            fail(f"cannot load the model {args.model_name_or_path}: {str(e).splitlines()[0]}")
+        load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
+        model = load_or_fail("model", load, args.model_name_or_path)
         if model.config.vocab_size != len(tokenizer):
             fail(
                 f"The tokenizer has {len(tokenizer)} words but {args.model_name_or_path} was trained with "
