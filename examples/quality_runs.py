@@ -9,8 +9,9 @@ switched off (g = 1).
 DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{train,valid,test}.tokens; without
 --data the Hub datasets `ptb_text_only` and `wikitext` (wikitext-2-v1) are used.
 
---converge: AdamW, LR x0.25 whenever validation perplexity does not improve on its best, stop after 2 such epochs in
-a row. Checkpoints every 200 updates; running the same command again resumes each unfinished model where it stopped.
+--converge: AdamW, LR x0.25 whenever validation perplexity does not beat its best by at least 0.1%, stop after 2 such
+epochs in a row. Checkpoints every 200 updates; running the same command again resumes each unfinished model where it
+stopped.
 Writes OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}}) and OUT/learning_curves.png.
 --minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
 pictures to OUT/<dataset>_plots/.
@@ -33,7 +34,8 @@ MODEL = {"embedding_size": 200, "hidden_size": 200, "num_layers": 2, "tie_word_e
 TRAINING = {"scheme": "stateful", "bptt": 35, "per_device_train_batch_size": 32, "per_device_eval_batch_size": 10,
             "optimizer": "adamw", "learning_rate": 0.003, "clip": 0.25, "lr_decay": 0.5, "patience": 3,
             "num_train_epochs": 100, "log_every": 100}  # fmt: skip
-CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "checkpointing_steps": 200, "checkpoints_total_limit": 1}
+CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "min_improvement": 0.001, "checkpointing_steps": 200,
+            "checkpoints_total_limit": 1}  # fmt: skip
 HUB = {"ptb": ["--dataset_name", "ptb_text_only"], "wt2": ["--dataset_name", "wikitext", "--dataset_config_name",
                                                             "wikitext-2-v1"]}  # fmt: skip
 KINDS = (("plain", False), ("pointer", True))

@@ -47,6 +47,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
     encode_lines,
+    improves,
     make_segment,
     nt_asgd_triggered,
     run_segment,
@@ -84,8 +85,9 @@ def parse_args(argv=None):
     a("--learning_rate", type=float, default=20.0)
     a("--weight_decay", type=float, default=0.0)
     a("--clip", type=float, default=1.0, help="global gradient-norm clip (0: none)")
-    a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation worsens (sgd, adamw)")
+    a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation does not improve (sgd, adamw)")
     a("--patience", type=int, default=3, help="stop after this many validations in a row without improvement")
+    a("--min_improvement", type=float, default=0.0, help="smallest relative perplexity gain that counts (0.001: 0.1%%)")
     a("--nonmono", type=int, default=5, help="NT-ASGD trigger window")
     a("--alpha", type=float, default=0.0, help="AR: alpha * mean(h_t^2) on the dropped last-layer output")
     a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
@@ -127,6 +129,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.resume_from_checkpoint not in (None, "latest") and not Path(args.resume_from_checkpoint).is_dir():
         p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
+    if not 0 <= args.min_improvement < 1:
+        p.error(f"--min_improvement must be in [0, 1), got {args.min_improvement}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     args.model = model_overrides
@@ -395,7 +399,7 @@ def main(argv=None):
         # ---- end of epoch: validation, LR schedule, NT-ASGD trigger, early stop ----
         val = evaluate("validation") if "validation" in evals else float("nan")
         state.val_losses.append(val)
-        improved = val < state.best_val
+        improved = improves(val, state.best_val, args.min_improvement)
         if improved:
             state.best_val, state.bad_epochs = val, 0
             averager.swap()
@@ -414,7 +418,8 @@ def main(argv=None):
         state.segment = 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
         if state.bad_epochs >= args.patience:
-            state.stopped = f"validation did not improve for {args.patience} evaluations in a row"
+            gain = f" by {args.min_improvement:.1%}" if args.min_improvement else ""
+            state.stopped = f"validation did not improve{gain} for {args.patience} evaluations in a row"
             accelerator.print(state.stopped + ": stopping")
             break
     if state.stopped is None:

@@ -8,6 +8,7 @@ Two schemes (see README "Training schemes"):
   Algorithm 1 with k1 targets per update, k2 = L). The LSTM state at the next segment's start carries over.
 """
 
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,12 @@ class ParameterAverager:
             else [a.to(p.device) for a, p in zip(state["average"], self.params, strict=True)]
         )
         self.count = state["count"]
+
+
+def improves(val_loss: float, best_loss: float, min_improvement: float = 0.0) -> bool:
+    """Whether a validation loss beats the best so far by at least `min_improvement` of its perplexity (0: any gain);
+    a gain below it counts as a plateau, as ReduceLROnPlateau's relative threshold does."""
+    return val_loss < best_loss + math.log1p(-min_improvement)
 
 
 def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:

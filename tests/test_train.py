@@ -1,5 +1,6 @@
 import collections
 import json
+import math
 import random
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from conftest import ROOT, tiny_model
 from modeling_pointer_sentinel import PointerSentinelCache
 from modeling_pointer_sentinel.training import (
     ParameterAverager,
+    improves,
     make_segment,
     nt_asgd_triggered,
     run_segment,
@@ -121,6 +123,7 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
     [
         (["--train_file", "/nonexistent/train.txt"], "does not exist"),
         (["--scheme", "window", "--per_device_train_batch_size", "400"], "longer than each training stream"),
+        (["--min_improvement", "1"], "--min_improvement must be in [0, 1), got 1.0"),
     ],
 )
 def test_bad_inputs_fail_before_training(corpus, tmp_path, extra, message):
@@ -340,6 +343,25 @@ def patterned_corpus(tmp_path_factory):
     for split, n in (("train", 400), ("valid", 30), ("test", 30)):
         (d / f"{split}.txt").write_text("\n".join(rng.choice(sentences) for _ in range(n)) + "\n")
     return d
+
+
+def test_gains_below_min_improvement_decay_the_lr_and_stop_training(patterned_corpus, tmp_path):
+    """The plateau rule of `--converge`: an epoch counts as an improvement only if it beats the best validation
+    perplexity by min_improvement (relative); otherwise the LR decays, and `patience` such epochs stop the run."""
+    best = math.log(100.0)
+    assert improves(math.log(99.8), best, 0.001) and not improves(math.log(99.95), best, 0.001)
+    assert improves(math.log(99.95), best) and not improves(best, best)
+    files = ["--train_file", str(patterned_corpus / "train.txt"), "--validation_file",
+             str(patterned_corpus / "valid.txt"), "--config", str(TINY)]  # fmt: skip
+    out = tmp_path / "out"
+    launch(files + ["--output_dir", str(out), "--num_train_epochs", "5", "--patience", "2", "--lr_decay", "0.5",
+                    "--min_improvement", "0.99"])  # fmt: skip
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    # epoch 1 beats no validation at all; epochs 2 and 3 improve (this corpus is learnable) but not by 99%
+    assert [r["lr"] for r in rows if "valid_ppl" in r] == [1.0, 0.5, 0.25]
+    results = json.loads((out / "results.json").read_text())
+    assert results["stopped"] == "validation did not improve by 99.0% for 2 evaluations in a row"
+    assert results["epochs"] == 3
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
