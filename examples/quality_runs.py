@@ -3,7 +3,7 @@ dropout 0.2), same tokenizer, data and schedule, trained side by side, then eval
 Grave et al.'s neural cache (window, theta, lambda chosen on validation), the pointer model also with its pointer
 switched off (g = 1).
 
-    python examples/quality_runs.py --converge --data DIR      # PTB to convergence (about 2 hours on 2 cores)
+    python examples/quality_runs.py --converge --data DIR      # PTB to convergence (4.6 h measured on 2 shared cores)
     python examples/quality_runs.py --minutes 20 --data DIR    # PTB and WikiText-2, 20 minutes per model
 
 DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{train,valid,test}.tokens; without
