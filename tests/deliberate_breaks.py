@@ -1,7 +1,8 @@
 """Deliberate breaks: each entry changes one behaviour of the package in a scratch copy of the committed HEAD, then runs
-the model tests; every break must make at least one test fail. Run after changing a test or the behaviour it guards:
+the tests that guard it (the model tests unless the entry names its own); every break must make at least one of them fail. Run after changing a test or the behaviour it guards:
 
     python tests/deliberate_breaks.py            # about 6 minutes on 2 CPU cores; one JSON line per break
+    python tests/deliberate_breaks.py cache gate # only the breaks whose name contains one of these words
 
 Exits 1 if any break passes the suite. Not collected by pytest (it runs the suite itself).
 """
@@ -111,22 +112,25 @@ MUTS = [
     ("split_state_at unchecked", M, "if split_state_at is not None and not 0 < split_state_at <= T:", "if False:"),
     ("mask width unchecked", M, "mask.shape[1] not in (T, seen + T)", "mask.shape[1] < T"),
 ]
+# An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
 
 
-def main():
+def main(words=()):
     missed = []
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp) / "copy"
         subprocess.run(f"git -C {ROOT} archive --format=tar HEAD | tar -x -C {tmp} --one-top-level=copy", shell=True,
                        check=True)  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(work), "OMP_NUM_THREADS": "1"}
-        for name, f, old, new in MUTS:
+        for name, f, old, new, *tests in MUTS:
+            if words and not any(w in name for w in words):
+                continue
             path = work / f
             original = path.read_text()
             assert original.count(old) == 1, f"{name}: the code to break is not found once in {f}"
             path.write_text(original.replace(old, new))
-            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *TESTS],
+            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *(tests[0] if tests else TESTS)],
                                  cwd=work, env=env, capture_output=True, text=True)  # fmt: skip
             path.write_text(original)
             failed = sorted(
@@ -140,4 +144,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
