@@ -3,8 +3,9 @@ dropout 0.2), same tokenizer, data and schedule, trained side by side, then eval
 Grave et al.'s neural cache (window, theta, lambda chosen on validation), the pointer model also with its pointer
 switched off (g = 1).
 
-    python examples/quality_runs.py --converge --data DIR      # PTB to convergence (4.6 h measured on 2 shared cores)
-    python examples/quality_runs.py --minutes 20 --data DIR    # PTB and WikiText-2, 20 minutes per model
+    python examples/quality_runs.py --converge --data DIR                  # PTB to convergence (4.6 h measured)
+    python examples/quality_runs.py --converge --datasets wt2 --data DIR   # WikiText-2 to convergence
+    python examples/quality_runs.py --minutes 20 --data DIR                # PTB and WikiText-2, 20 minutes per model
 
 DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{train,valid,test}.tokens; without
 --data the Hub datasets `ptb_text_only` and `wikitext` (wikitext-2-v1) are used.
@@ -12,7 +13,9 @@ DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{tra
 --converge: AdamW, LR x0.25 whenever validation perplexity does not beat its best by at least 0.1%, stop after 2 such
 epochs in a row. Checkpoints every 200 updates; running the same command again resumes each unfinished model where it
 stopped.
-Writes OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}}) and OUT/learning_curves.png.
+WikiText-2 (33,278 words) uses an adaptive softmax (WT2_CUTOFFS) in both models, the same recipe otherwise. Each
+dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}, "wt2": ...,
+"runs": {dataset: model, recipe, revision, command, validation curves}}) and writes OUT/<dataset>_learning_curves.png.
 --minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
 pictures to OUT/<dataset>_plots/.
 
@@ -36,6 +39,10 @@ TRAINING = {"scheme": "stateful", "bptt": 35, "per_device_train_batch_size": 32,
             "num_train_epochs": 100, "log_every": 100}  # fmt: skip
 CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "min_improvement": 0.001, "checkpointing_steps": 200,
             "checkpoints_total_limit": 1}  # fmt: skip
+# WikiText-2's 33,278-word softmax is ~90% of a 2x200 model's cost; an adaptive softmax's head holds the frequent words.
+WT2_CUTOFFS = [2000, 10000]
+DATASET_MODEL = {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": WT2_CUTOFFS}}
+TITLES = {"ptb": "PTB", "wt2": "WikiText-2"}
 HUB = {"ptb": ["--dataset_name", "ptb_text_only"], "wt2": ["--dataset_name", "wikitext", "--dataset_config_name",
                                                             "wikitext-2-v1"]}  # fmt: skip
 KINDS = (("plain", False), ("pointer", True))
@@ -56,7 +63,8 @@ def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: l
     procs, runs = [], {}
     for kind, use_pointer in KINDS:
         cfg_path = out / f"{name}_{kind}.json"
-        cfg_path.write_text(json.dumps({"model": {**MODEL, "use_pointer": use_pointer}, **training}, indent=2))
+        model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}
+        cfg_path.write_text(json.dumps({"model": model, **training}, indent=2))
         runs[kind] = run_dir = out / f"{name}_{kind}"
         if (run_dir / "results.json").exists():
             continue
@@ -117,9 +125,8 @@ def git_revision() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def converge(out: Path, data: Path | None) -> dict:
-    """PTB to convergence: both models until validation stops improving; results.json in the issue's shape."""
-    name = "ptb"
+def converge(out: Path, data: Path | None, name: str) -> dict:
+    """One dataset to convergence: both models until validation stops improving; its block joins results.json."""
     runs = train_pair(name, out, data, CONVERGE, ["--resume_from_checkpoint", "latest"])
     train = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
     plain = evaluate(runs["plain"], name, data, out / f"{name}_plain.eval.json", "--cache_grid")
@@ -133,30 +140,28 @@ def converge(out: Path, data: Path | None) -> dict:
                 "params": t["params"], "train_minutes": t["train_minutes"], **more}  # fmt: skip
 
     best = plain["cache_grid_best_on_validation"]
-    results = {
-        name: {
-            "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
-            "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
-            "plain_cache": row(
-                "plain",
-                plain["ppl_with_cache"],
-                best["ppl"],
-                window=best["window"],
-                theta=best["theta"],
-                lam=best["lam"],
-            ),  # fmt: skip
-            "pointer_off": row("pointer", pointer["ppl_pointer_off"], pointer_val["ppl_pointer_off"]),
-        },
-        "pointer_over_plain_test": pointer["ppl"] / plain["ppl"],
-        "model": MODEL,
-        "training": CONVERGE,
-        "revision": git_revision(),
-        "command": "python examples/quality_runs.py --converge --data DIR",
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    results[name] = {
+        "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
+        "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
+        "plain_cache": row(
+            "plain", plain["ppl_with_cache"], best["ppl"], window=best["window"], theta=best["theta"], lam=best["lam"]
+        ),  # fmt: skip
+        "pointer_off": row("pointer", pointer["ppl_pointer_off"], pointer_val["ppl_pointer_off"]),
     }
     curves = {f"{k} LSTM": validation_curve(runs[k] / "log.jsonl") for k in ("plain", "pointer")}
-    results["validation_curves"] = curves
-    plot_learning_curves(curves, out / "learning_curves.png", "PTB, 2x200: validation perplexity per epoch")
-    (out / "results.json").write_text(json.dumps(results, indent=2))
+    results.setdefault("runs", {})[name] = {
+        "pointer_over_plain_test": pointer["ppl"] / plain["ppl"],
+        "model": {**MODEL, **DATASET_MODEL[name]},
+        "training": CONVERGE,
+        "revision": git_revision(),
+        "command": f"python examples/quality_runs.py --converge --datasets {name} --data DIR",
+        "validation_curves": curves,
+    }
+    plot_learning_curves(curves, out / f"{name}_learning_curves.png",
+                         f"{TITLES[name]}, 2x200: validation perplexity per epoch")  # fmt: skip
+    path.write_text(json.dumps(results, indent=2))
     return results
 
 
@@ -208,22 +213,23 @@ def main(argv=None):
     ap.add_argument("--minutes", type=float, default=20.0, help="training budget per model (without --converge)")
     ap.add_argument("--data", help="folder with ptb/ and wikitext-2/ text files (default: the Hub datasets)")
     ap.add_argument("--out", help="output folder (default: results/converged or results/quality)")
-    ap.add_argument("--datasets", default="ptb,wt2", help="without --converge: ptb, wt2 or both")
+    ap.add_argument("--datasets", help="ptb, wt2 or both (default: ptb with --converge, both without)")
     args = ap.parse_args(argv)
     data = Path(args.data) if args.data else None
     if data is not None and not data.is_dir():
         ap.error(f"--data {data} is not a folder")
     out = Path(args.out or ROOT / "results" / ("converged" if args.converge else "quality"))
     out.mkdir(parents=True, exist_ok=True)
-    if args.converge:
-        r = converge(out, data)["ptb"]
-        for kind, row in r.items():
-            print(f"{kind:12s} valid {row['valid_ppl']:7.2f}  test {row['test_ppl']:7.2f}  ({row['stopped']})")
-        return r
-    names = args.datasets.split(",")
+    names = (args.datasets or ("ptb" if args.converge else "ptb,wt2")).split(",")
     if unknown := set(names) - set(HUB):
         ap.error(f"--datasets: unknown {sorted(unknown)}; choose from {sorted(HUB)}")
-    return budget(out, data, names, args.minutes)
+    if not args.converge:
+        return budget(out, data, names, args.minutes)
+    for name in names:
+        results = converge(out, data, name)
+        for kind, row in results[name].items():
+            print(f"{name} {kind:12s} valid {row['valid_ppl']:7.2f}  test {row['test_ppl']:7.2f}  ({row['stopped']})")
+    return results
 
 
 if __name__ == "__main__":
