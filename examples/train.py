@@ -34,9 +34,13 @@ from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
     check_local_path,
+    check_ranges,
+    describe_ranges,
     fail,
     load_or_fail,
     load_splits,
+    non_negative,
+    positive,
     read_config,
 )
 
@@ -56,6 +60,22 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     unk_rate,
     unk_token_id,
 )
+
+# Every numeric flag's range, checked once the command line and --config are read (before any work) and appended to
+# the flag's --help; a flag left at None (not given) is not checked.
+POSITIVE_INTEGERS = """bptt stride per_device_train_batch_size per_device_eval_batch_size eval_bptt num_train_epochs
+max_train_steps gradient_accumulation_steps log_every checkpointing_steps checkpoints_total_limit eval_max_tokens
+num_threads patience nonmono""".split()
+RANGES = [
+    *((f"--{name}", positive, "a positive integer") for name in POSITIVE_INTEGERS),
+    ("--learning_rate", positive, "> 0"),
+    ("--max_train_minutes", positive, "> 0"),
+    *((f"--{name}", non_negative, ">= 0 (0: off)") for name in ("weight_decay", "clip", "alpha", "beta")),
+    ("--lr_decay", lambda v: 0 < v <= 1, "in (0, 1] (1: no decay)"),
+    ("--min_improvement", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("--max_unk_rate", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
+]
 
 
 def parse_args(argv=None):
@@ -84,7 +104,7 @@ def parse_args(argv=None):
     a("--optimizer", choices=["sgd", "ntasgd", "adamw"], default="sgd")
     a("--learning_rate", type=float, default=20.0)
     a("--weight_decay", type=float, default=0.0)
-    a("--clip", type=float, default=1.0, help="global gradient-norm clip (0: none)")
+    a("--clip", type=float, default=1.0, help="global gradient-norm clip")
     a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation does not improve (sgd, adamw)")
     a("--patience", type=int, default=3, help="stop after this many validations in a row without improvement")
     a("--min_improvement", type=float, default=0.0, help="smallest relative perplexity gain that counts (0.001: 0.1%%)")
@@ -124,13 +144,14 @@ def parse_args(argv=None):
     a("--sample_prompt", default=None, help="after training, generate from this prompt through pipeline()")
     a("--num_threads", type=int, default=None, help="torch CPU threads per process")
 
+    describe_ranges(p, RANGES)
+
     fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
     model_overrides = read_config(p, argv, fields)  # config entries become defaults: the command line wins
     args = p.parse_args(argv)
+    check_ranges(p, args, RANGES)
     if args.resume_from_checkpoint not in (None, "latest") and not Path(args.resume_from_checkpoint).is_dir():
         p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
-    if not 0 <= args.min_improvement < 1:
-        p.error(f"--min_improvement must be in [0, 1), got {args.min_improvement}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     args.model = model_overrides
@@ -154,9 +175,12 @@ def build_model(args, tokenizer):
             )
         return model
     eos = tokenizer.eos_token_id
-    config = PointerSentinelConfig(
-        vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
-    )
+    try:
+        config = PointerSentinelConfig(
+            vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
+        )
+    except (ValueError, TypeError) as e:  # the config's own checks (a negative size, a dropout of 1, ...)
+        fail(f"--config model: {e}")
     return PointerSentinelForCausalLM(config)
 
 
@@ -267,7 +291,7 @@ def main(argv=None):
         }
     except ValueError as e:  # too few tokens for the streams
         fail(e)
-    stride = args.stride or cfg.pointer_window
+    stride = args.stride if args.stride is not None else cfg.pointer_window
     if args.scheme == "window" and train.shape[1] <= cfg.pointer_window:
         fail(
             f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "

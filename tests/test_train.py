@@ -60,6 +60,14 @@ def _env():
     return {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
 
 
+def train_module():
+    """examples/train.py imported, to run main([...]) in this process (fast, and monkeypatch reaches its names)."""
+    sys.path.insert(0, str(TRAIN.parent))
+    import train
+
+    return train
+
+
 def losses(out_dir: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (out_dir / "log.jsonl").read_text().splitlines()]
     return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
@@ -118,18 +126,68 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
     assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out)) == 42  # 40 words, <eos>, <unk>
 
 
+SEGMENT_AND_BATCH = "bptt per_device_train_batch_size per_device_eval_batch_size eval_bptt stride".split()
+OTHER_COUNTS = """num_train_epochs max_train_steps log_every checkpointing_steps checkpoints_total_limit
+gradient_accumulation_steps eval_max_tokens num_threads nonmono patience""".split()
+BAD_NUMBERS = [  # (flag, value, what the message says): every numeric flag's range, as train.RANGES states it
+    *((flag, v, "a positive integer") for flag in SEGMENT_AND_BATCH for v in ("0", "-1")),
+    *((flag, "0", "a positive integer") for flag in OTHER_COUNTS),
+    ("learning_rate", "-1", "> 0"),
+    ("learning_rate", "0", "> 0"),
+    ("learning_rate", "nan", "> 0"),
+    ("max_train_minutes", "0", "> 0"),
+    ("max_train_minutes", "inf", "> 0"),
+    *((flag, "-0.1", ">= 0") for flag in ("weight_decay", "clip", "alpha", "beta")),
+    ("lr_decay", "0", "in (0, 1]"),
+    ("lr_decay", "1.5", "in (0, 1]"),
+    ("min_improvement", "1", "in [0, 1), got 1.0"),
+    ("max_unk_rate", "-0.5", "in [0, 1]"),
+    ("max_unk_rate", "2", "in [0, 1]"),
+    ("seed", "-1", "in [0, 2**31)"),
+]
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [
         (["--train_file", "/nonexistent/train.txt"], "does not exist"),
         (["--scheme", "window", "--per_device_train_batch_size", "400"], "longer than each training stream"),
-        (["--min_improvement", "1"], "--min_improvement must be in [0, 1), got 1.0"),
+        (["--config", "hidden_size -3"], "--config model: hidden_size must be a positive integer, got -3"),
+        *(([f"--{flag}", value], f"--{flag} must be {what}") for flag, value, what in BAD_NUMBERS),
     ],
+    ids=lambda x: " ".join(x) if isinstance(x, list) else "",
 )
-def test_bad_inputs_fail_before_training(corpus, tmp_path, extra, message):
-    done = launch(data_args(corpus) + ["--output_dir", str(tmp_path)] + extra, check=False)
-    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
-    assert not (tmp_path / "log.jsonl").exists()
+def test_bad_inputs_fail_before_training(corpus, tmp_path, capsys, extra, message):
+    """Invalid input stops train.py with exit status 2 and one `error:` line naming the flag, before any work: no
+    log, no output folder. (Before, --bptt 0 looped forever, a zero batch raised ZeroDivisionError, --eval_bptt 0
+    failed only after training, --stride 0 silently meant the default, --learning_rate -1 trained.) In-process, so
+    any other exception (a traceback on the command line) fails the test."""
+    train = train_module()
+    if extra[:2] == ["--config", "hidden_size -3"]:
+        cfg = json.loads(TINY.read_text())
+        cfg["model"]["hidden_size"] = -3
+        (tmp_path / "bad.json").write_text(json.dumps(cfg))
+        extra = ["--config", str(tmp_path / "bad.json")]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        train.main(data_args(corpus) + ["--output_dir", str(out)] + extra)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert stop.value.code == 2 and len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
+    assert ": error: " in errors[0] and message in errors[0], errors
+    assert not out.exists()
+
+
+def test_library_schedule_and_shards_refuse_empty_segments_and_batches():
+    """segment_schedule with bptt (or stride) < 1 would loop forever; shard_streams with no streams divides by 0."""
+    for scheme, kw in (("stateful", {"bptt": 0}), ("stateful", {"bptt": -2}), ("window", {"bptt": 35, "stride": 0})):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            segment_schedule(100, scheme, **kw)
+    assert segment_schedule(10, "window", bptt=0, stride=4) == [(0, 4), (4, 4), (8, 1)]  # bptt unused there
+    assert {flag for flag, _, _ in train_module().RANGES} == {f"--{flag}" for flag, _, _ in BAD_NUMBERS}
+    for kw in ({"batch_size": 0}, {"batch_size": 2, "num_processes": 0}, {"batch_size": 2, "process_index": 2}):
+        with pytest.raises(ValueError, match="batch_size must be >= 1"):
+            shard_streams(torch.arange(100), **{"num_processes": 2, "process_index": 0, **kw})
 
 
 def test_empty_corpus_and_vocab_mismatch_fail_clearly(corpus, tmp_path):
