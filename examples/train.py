@@ -113,7 +113,12 @@ def parse_args(argv=None):
     a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
     a("--num_train_epochs", type=int, default=1)
     a("--max_train_steps", type=int, default=None)
-    a("--max_train_minutes", type=float, default=None, help="stop training after this wall time (all ranks agree)")
+    a(
+        "--max_train_minutes",
+        type=float,
+        default=None,
+        help="stop training at the first optimizer step that ends past this wall time (all ranks agree)",
+    )
     a("--per_device_train_batch_size", type=int, default=20)
     a("--per_device_eval_batch_size", type=int, default=10)
     a("--eval_bptt", type=int, default=200)
@@ -184,12 +189,48 @@ def build_model(args, tokenizer):
     return PointerSentinelForCausalLM(config)
 
 
-def accelerate_broadcast(accelerator, flag: bool) -> bool:
+def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
+    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
     if accelerator.num_processes == 1:
-        return flag
+        return flags
     from accelerate.utils import broadcast
 
-    return bool(broadcast(torch.tensor([flag], device=accelerator.device)).item())
+    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
+
+
+class TimeLimit:
+    """--max_train_minutes: training stops at the first optimizer step that ends past the limit.
+
+    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
+    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
+    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
+    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
+    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
+    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
+    """
+
+    def __init__(self, accelerator, minutes: float | None):
+        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
+        self.start = self.last_log = time.perf_counter()
+        self.longest_gap, self.near = 0.0, True
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
+        """Call on every rank after every segment: whether training must stop now."""
+        if self.seconds is None or not (optimizer_step or log_step):
+            return False
+        now = time.perf_counter()
+        over = now - self.start > self.seconds
+        if self.accelerator.num_processes == 1:
+            return over
+        if log_step:
+            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
+            near = now - self.start + 2 * self.longest_gap > self.seconds
+            over, self.near = accelerate_broadcast(self.accelerator, over, near)
+            return over
+        return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
@@ -357,7 +398,7 @@ def main(argv=None):
         return totals[0].item() / totals[1].item()
 
     # ---- training ----
-    start_time = time.perf_counter()
+    time_limit = TimeLimit(accelerator, args.max_train_minutes)
     stop, epoch_segments = False, 1
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
@@ -404,12 +445,7 @@ def main(argv=None):
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
-            # The clock is read when the loop logs anyway; the main process's decides, so all ranks stop together.
-            out_of_time = (
-                args.max_train_minutes
-                and log_now
-                and accelerate_broadcast(accelerator, time.perf_counter() - start_time > 60 * args.max_train_minutes)
-            )
+            out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
                 state.stopped = f"max_train_steps ({args.max_train_steps})"
             elif out_of_time:
@@ -450,7 +486,7 @@ def main(argv=None):
         state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 
     # ---- final: best weights, test perplexity, save, sample ----
-    train_minutes = (time.perf_counter() - start_time) / 60  # training and per-epoch validation, not the final passes
+    train_minutes = time_limit.elapsed() / 60  # training and per-epoch validation, not the final passes
     if best.weights is not None:
         raw.load_state_dict(best.weights)  # holds the averaged weights when NT-ASGD was on
     elif averager.active:
