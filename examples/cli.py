@@ -3,6 +3,7 @@ config files, and invalid input that ends in one line on stderr (`PROG: error: .
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -30,6 +31,34 @@ def add_data_arguments(parser):
     a("--train_file", help="local plain text, one line per sentence or paragraph")
     a("--validation_file")
     a("--test_file")
+
+
+def positive(v) -> bool:
+    return v > 0
+
+
+def non_negative(v) -> bool:
+    return v >= 0
+
+
+def check_ranges(parser, args, rules):
+    """Table-driven range checks of numeric flags, run on the parsed values (command line or --config): each rule is
+    (flag, check, what) and a value that is not None must pass `check`, or the parser fails with one line
+    `--flag must be WHAT, got VALUE`. A float must also be finite (argparse's float() accepts "nan" and "inf")."""
+    for flag, check, what in rules:
+        value = getattr(args, flag.lstrip("-"))
+        if value is None:
+            continue
+        if (isinstance(value, float) and not math.isfinite(value)) or not check(value):
+            parser.error(f"{flag} must be {what}, got {value!r}")
+
+
+def describe_ranges(parser, rules):
+    """Append each rule's range to its flag's help text, so --help states what check_ranges enforces."""
+    what = {flag.lstrip("-"): w for flag, _, w in rules}
+    for action in parser._actions:
+        if action.dest in what:
+            action.help = f"{action.help}; {what[action.dest]}" if action.help else what[action.dest]
 
 
 def load_or_fail(what: str, load, name: str):

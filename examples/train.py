@@ -34,9 +34,13 @@ from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
     check_local_path,
+    check_ranges,
+    describe_ranges,
     fail,
     load_or_fail,
     load_splits,
+    non_negative,
+    positive,
     read_config,
 )
 
@@ -56,6 +60,22 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     unk_rate,
     unk_token_id,
 )
+
+# Every numeric flag's range, checked once the command line and --config are read (before any work) and appended to
+# the flag's --help; a flag left at None (not given) is not checked.
+POSITIVE_INTEGERS = """bptt stride per_device_train_batch_size per_device_eval_batch_size eval_bptt num_train_epochs
+max_train_steps gradient_accumulation_steps log_every checkpointing_steps checkpoints_total_limit eval_max_tokens
+num_threads patience nonmono""".split()
+RANGES = [
+    *((f"--{name}", positive, "a positive integer") for name in POSITIVE_INTEGERS),
+    ("--learning_rate", positive, "> 0"),
+    ("--max_train_minutes", positive, "> 0"),
+    *((f"--{name}", non_negative, ">= 0 (0: off)") for name in ("weight_decay", "clip", "alpha", "beta")),
+    ("--lr_decay", lambda v: 0 < v <= 1, "in (0, 1] (1: no decay)"),
+    ("--min_improvement", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("--max_unk_rate", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
+]
 
 
 def parse_args(argv=None):
@@ -84,7 +104,7 @@ def parse_args(argv=None):
     a("--optimizer", choices=["sgd", "ntasgd", "adamw"], default="sgd")
     a("--learning_rate", type=float, default=20.0)
     a("--weight_decay", type=float, default=0.0)
-    a("--clip", type=float, default=1.0, help="global gradient-norm clip (0: none)")
+    a("--clip", type=float, default=1.0, help="global gradient-norm clip")
     a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation does not improve (sgd, adamw)")
     a("--patience", type=int, default=3, help="stop after this many validations in a row without improvement")
     a("--min_improvement", type=float, default=0.0, help="smallest relative perplexity gain that counts (0.001: 0.1%%)")
@@ -93,7 +113,12 @@ def parse_args(argv=None):
     a("--beta", type=float, default=0.0, help="TAR: beta * mean((h_t - h_{t-1})^2) on the raw last-layer output")
     a("--num_train_epochs", type=int, default=1)
     a("--max_train_steps", type=int, default=None)
-    a("--max_train_minutes", type=float, default=None, help="stop training after this wall time (all ranks agree)")
+    a(
+        "--max_train_minutes",
+        type=float,
+        default=None,
+        help="stop training at the first optimizer step that ends past this wall time (all ranks agree)",
+    )
     a("--per_device_train_batch_size", type=int, default=20)
     a("--per_device_eval_batch_size", type=int, default=10)
     a("--eval_bptt", type=int, default=200)
@@ -124,13 +149,14 @@ def parse_args(argv=None):
     a("--sample_prompt", default=None, help="after training, generate from this prompt through pipeline()")
     a("--num_threads", type=int, default=None, help="torch CPU threads per process")
 
+    describe_ranges(p, RANGES)
+
     fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
     model_overrides = read_config(p, argv, fields)  # config entries become defaults: the command line wins
     args = p.parse_args(argv)
+    check_ranges(p, args, RANGES)
     if args.resume_from_checkpoint not in (None, "latest") and not Path(args.resume_from_checkpoint).is_dir():
         p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
-    if not 0 <= args.min_improvement < 1:
-        p.error(f"--min_improvement must be in [0, 1), got {args.min_improvement}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     args.model = model_overrides
@@ -154,18 +180,57 @@ def build_model(args, tokenizer):
             )
         return model
     eos = tokenizer.eos_token_id
-    config = PointerSentinelConfig(
-        vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
-    )
+    try:
+        config = PointerSentinelConfig(
+            vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
+        )
+    except (ValueError, TypeError) as e:  # the config's own checks (a negative size, a dropout of 1, ...)
+        fail(f"--config model: {e}")
     return PointerSentinelForCausalLM(config)
 
 
-def accelerate_broadcast(accelerator, flag: bool) -> bool:
+def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
+    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
     if accelerator.num_processes == 1:
-        return flag
+        return flags
     from accelerate.utils import broadcast
 
-    return bool(broadcast(torch.tensor([flag], device=accelerator.device)).item())
+    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
+
+
+class TimeLimit:
+    """--max_train_minutes: training stops at the first optimizer step that ends past the limit.
+
+    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
+    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
+    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
+    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
+    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
+    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
+    """
+
+    def __init__(self, accelerator, minutes: float | None):
+        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
+        self.start = self.last_log = time.perf_counter()
+        self.longest_gap, self.near = 0.0, True
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
+        """Call on every rank after every segment: whether training must stop now."""
+        if self.seconds is None or not (optimizer_step or log_step):
+            return False
+        now = time.perf_counter()
+        over = now - self.start > self.seconds
+        if self.accelerator.num_processes == 1:
+            return over
+        if log_step:
+            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
+            near = now - self.start + 2 * self.longest_gap > self.seconds
+            over, self.near = accelerate_broadcast(self.accelerator, over, near)
+            return over
+        return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:
@@ -267,7 +332,7 @@ def main(argv=None):
         }
     except ValueError as e:  # too few tokens for the streams
         fail(e)
-    stride = args.stride or cfg.pointer_window
+    stride = args.stride if args.stride is not None else cfg.pointer_window
     if args.scheme == "window" and train.shape[1] <= cfg.pointer_window:
         fail(
             f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "
@@ -333,7 +398,7 @@ def main(argv=None):
         return totals[0].item() / totals[1].item()
 
     # ---- training ----
-    start_time = time.perf_counter()
+    time_limit = TimeLimit(accelerator, args.max_train_minutes)
     stop, epoch_segments = False, 1
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
@@ -380,12 +445,7 @@ def main(argv=None):
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
-            # The clock is read when the loop logs anyway; the main process's decides, so all ranks stop together.
-            out_of_time = (
-                args.max_train_minutes
-                and log_now
-                and accelerate_broadcast(accelerator, time.perf_counter() - start_time > 60 * args.max_train_minutes)
-            )
+            out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
                 state.stopped = f"max_train_steps ({args.max_train_steps})"
             elif out_of_time:
@@ -426,7 +486,7 @@ def main(argv=None):
         state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 
     # ---- final: best weights, test perplexity, save, sample ----
-    train_minutes = (time.perf_counter() - start_time) / 60  # training and per-epoch validation, not the final passes
+    train_minutes = time_limit.elapsed() / 60  # training and per-epoch validation, not the final passes
     if best.weights is not None:
         raw.load_state_dict(best.weights)  # holds the averaged weights when NT-ASGD was on
     elif averager.active:

@@ -81,6 +81,11 @@ def unk_rate(ids: torch.Tensor, unk_id: int | None) -> float:
 def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
     so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each)."""
+    if batch_size < 1 or not 0 <= process_index < num_processes:
+        raise ValueError(
+            f"batch_size must be >= 1 and process_index in [0, num_processes), got {batch_size}, {process_index} "
+            f"and {num_processes}."
+        )
     total = batch_size * num_processes
     n = ids.numel() // total
     if n < 2:
@@ -99,6 +104,9 @@ def segment_schedule(
     """
     if scheme not in ("stateful", "window"):
         raise ValueError(f"scheme must be 'stateful' or 'window', got {scheme!r}.")
+    length, size = ("stride", stride) if scheme == "window" else ("bptt", bptt)
+    if size < 1:  # a segment of no targets would never advance
+        raise ValueError(f"{length} must be >= 1, got {size}.")
     rng = random.Random(seed)
     out, p = [], 0
     while p < n - 1:

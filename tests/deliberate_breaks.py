@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
+T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -111,6 +112,170 @@ MUTS = [
     ),
     ("split_state_at unchecked", M, "if split_state_at is not None and not 0 < split_state_at <= T:", "if False:"),
     ("mask width unchecked", M, "mask.shape[1] not in (T, seen + T)", "mask.shape[1] < T"),
+    # examples/train.py's training loop ("loop", "limit", "range" pick these), each guarded by the named tests
+    (
+        "loop: no gradient clipping",
+        T,
+        "accelerator.clip_grad_norm_(model.parameters(), args.clip)",
+        "pass",
+        [f"{TT}::test_clip_bounds_the_gradient_norm_the_optimizer_applies"],
+    ),
+    (
+        "loop: clipping at --clip 0",
+        T,
+        "if accelerator.sync_gradients and args.clip:",
+        "if accelerator.sync_gradients:",
+        [f"{TT}::test_clip_bounds_the_gradient_norm_the_optimizer_applies"],
+    ),
+    (
+        "loop: variable bptt LR not rescaled",
+        T,
+        "lr = state.lr * (k / args.bptt if args.variable_bptt else 1.0)",
+        "lr = state.lr",
+        [f"{TT}::test_every_param_group_gets_the_segment_lr"],
+    ),
+    (
+        "loop: LR written to the first param group only",
+        T,
+        "for group in optimizer.param_groups:",
+        "for group in optimizer.param_groups[:1]:",
+        [f"{TT}::test_every_param_group_gets_the_segment_lr"],
+    ),
+    ("loop: LR never written", T, 'group["lr"] = lr', "pass", [f"{TT}::test_every_param_group_gets_the_segment_lr"]),
+    (
+        "loop: adamw builds SGD",
+        T,
+        "optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate,",
+        "optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate,",
+        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+    ),
+    (
+        "loop: sgd without weight decay",
+        T,
+        "torch.optim.SGD(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)",
+        "torch.optim.SGD(model.parameters(), lr=args.learning_rate)",
+        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+    ),
+    (
+        "loop: ntasgd decays the LR",
+        T,
+        'if args.optimizer != "ntasgd":',
+        "if True:",
+        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+    ),
+    (
+        "loop: sgd averages too",
+        T,
+        'if args.optimizer == "ntasgd" and not averager.active and',
+        "if not averager.active and",
+        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+    ),
+    (
+        "loop: no average update per step",
+        T,
+        "                averager.update()",
+        "                pass",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
+        "loop: validation with the live weights",
+        T,
+        "averager.swap()  # NT-ASGD evaluates",
+        "pass  # NT-ASGD evaluates",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
+        "loop: best weights copied without the average",
+        T,
+        "averager.swap()\n            best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}",
+        "best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}\n            averager.swap()",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
+        "loop: average not saved without validation",
+        T,
+        "elif averager.active:",
+        "elif False:",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
+        "loop: best weights not restored",
+        T,
+        "raw.load_state_dict(best.weights)",
+        "pass",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
+        "loop: plateau count not reset by an improvement",
+        T,
+        "state.best_val, state.bad_epochs = val, 0",
+        "state.best_val = val",
+        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+    ),
+    (
+        "loop: patience one late",
+        T,
+        "if state.bad_epochs >= args.patience:",
+        "if state.bad_epochs > args.patience:",
+        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+    ),
+    (
+        "loop: lr_decay not applied",
+        T,
+        "state.lr *= args.lr_decay",
+        "state.lr *= 1.0",
+        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+    ),
+    (
+        "limit: one process checks at log steps only",
+        T,
+        "return over\n        if log_step:",
+        "return over and log_step\n        if log_step:",
+        [f"{TT}::test_max_train_minutes_stops_at_the_first_step_past_the_limit"],
+    ),
+    (
+        "limit: no broadcast per step near the limit",
+        T,
+        "return self.near and accelerate_broadcast(self.accelerator, over)[0]",
+        "return False",
+        [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
+    ),
+    (
+        "limit: never near",
+        T,
+        "near = now - self.start + 2 * self.longest_gap > self.seconds",
+        "near = False",
+        [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
+    ),
+    (
+        "range: learning_rate unchecked",
+        T,
+        '("--learning_rate", positive, "> 0"),',
+        "",
+        [f"{TT}::test_bad_inputs_fail_before_training"],
+    ),
+    (
+        "range: positive lets 0 through",
+        "examples/cli.py",
+        "return v > 0",
+        "return v >= 0",
+        [f"{TT}::test_bad_inputs_fail_before_training"],
+    ),
+    (
+        "range: config model error a traceback",
+        T,
+        "except (ValueError, TypeError) as e:  # the config",
+        "except KeyError as e:  # the config",
+        [f"{TT}::test_bad_inputs_fail_before_training"],
+    ),
+    # (segment_schedule's own bptt/stride check has no entry: without it the test loops forever, growing its memory)
+    (
+        "range: shard_streams takes batch 0",
+        TR,
+        "if batch_size < 1 or",
+        "if batch_size < 0 or",
+        [f"{TT}::test_library_schedule_and_shards_refuse_empty_segments_and_batches"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

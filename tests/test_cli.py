@@ -54,7 +54,7 @@ CONFIG_MISTAKES = {
 
 
 @pytest.mark.parametrize("case", ["choice", "unknown key", "unknown model field", "type", "bad JSON", "missing config",
-                                  "missing data file", "empty data file"])  # fmt: skip
+                                  "missing data file", "empty data file", "out of range"])  # fmt: skip
 def test_train_script_invalid_input_ends_in_one_error_line(case, tmp_path):
     args = ["--output_dir", tmp_path / "out"]
     if case in CONFIG_MISTAKES:
@@ -63,6 +63,8 @@ def test_train_script_invalid_input_ends_in_one_error_line(case, tmp_path):
         args += ["--config", tmp_path / "c.json"]
     elif case == "missing config":
         args, message = args + ["--config", tmp_path / "nope.json"], "no such file"
+    elif case == "out of range":  # every range is in tests/test_train.py; this one through the real command line
+        args, message = args + ["--bptt", "0"], "--bptt must be a positive integer, got 0"
     elif case == "missing data file":
         args, message = args + ["--train_file", "nope.txt"], "does not exist"
     else:

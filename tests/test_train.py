@@ -4,11 +4,13 @@ import math
 import random
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import ROOT, tiny_model
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from modeling_pointer_sentinel import PointerSentinelCache
 from modeling_pointer_sentinel.training import (
@@ -48,7 +50,8 @@ def launch(args, processes=1, port=29617, check=True):
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
                str(port), str(TRAIN), "--cpu", *args]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env()})
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env()},
+                          timeout=600)  # fmt: skip
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
@@ -60,6 +63,14 @@ def _env():
     return {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
 
 
+def train_module():
+    """examples/train.py imported, to run main([...]) in this process (fast, and monkeypatch reaches its names)."""
+    sys.path.insert(0, str(TRAIN.parent))
+    import train
+
+    return train
+
+
 def losses(out_dir: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (out_dir / "log.jsonl").read_text().splitlines()]
     return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
@@ -67,15 +78,16 @@ def losses(out_dir: Path) -> dict[int, float]:
 
 def test_two_process_launch_trains_as_one_process_with_double_batch(corpus, tmp_path):
     """Two gloo ranks with batch 1 each must follow one process with batch 2 step by step: only true if both ranks
-    train together (sharded streams, all-reduced gradients)."""
-    two = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "two"), "--max_train_steps", "6",
-                                      "--per_device_train_batch_size", "1"], processes=2)  # fmt: skip
+    train together (sharded streams, all-reduced gradients). With a --max_train_minutes far off, the ranks also agree
+    on the time limit through broadcasts at step 1 (near until a log step says otherwise) and at the log steps: a
+    collective entered by one rank only would hang (the launch times out)."""
+    common = data_args(corpus) + ["--max_train_steps", "6", "--max_train_minutes", "1000", "--log_every", "2"]
+    two = launch(common + ["--output_dir", str(tmp_path / "two"), "--per_device_train_batch_size", "1"], processes=2)
     assert "2 process(es) x batch 1" in two.stdout
-    one = launch(data_args(corpus) + ["--output_dir", str(tmp_path / "one"), "--max_train_steps", "6",
-                                      "--per_device_train_batch_size", "2"])  # fmt: skip
+    one = launch(common + ["--output_dir", str(tmp_path / "one"), "--per_device_train_batch_size", "2"])
     assert "| 6/6 [" in one.stderr  # the progress bar ends where max_train_steps stops, not at the epoch's end
     a, b = losses(tmp_path / "two"), losses(tmp_path / "one")
-    assert sorted(a) == list(range(1, 7))
+    assert sorted(a) == [2, 4, 6]
     for step in a:
         assert a[step] == pytest.approx(b[step], rel=1e-5), step
     rows = [json.loads(line) for line in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
@@ -118,18 +130,68 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
     assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out)) == 42  # 40 words, <eos>, <unk>
 
 
+SEGMENT_AND_BATCH = "bptt per_device_train_batch_size per_device_eval_batch_size eval_bptt stride".split()
+OTHER_COUNTS = """num_train_epochs max_train_steps log_every checkpointing_steps checkpoints_total_limit
+gradient_accumulation_steps eval_max_tokens num_threads nonmono patience""".split()
+BAD_NUMBERS = [  # (flag, value, what the message says): every numeric flag's range, as train.RANGES states it
+    *((flag, v, "a positive integer") for flag in SEGMENT_AND_BATCH for v in ("0", "-1")),
+    *((flag, "0", "a positive integer") for flag in OTHER_COUNTS),
+    ("learning_rate", "-1", "> 0"),
+    ("learning_rate", "0", "> 0"),
+    ("learning_rate", "nan", "> 0"),
+    ("max_train_minutes", "0", "> 0"),
+    ("max_train_minutes", "inf", "> 0"),
+    *((flag, "-0.1", ">= 0") for flag in ("weight_decay", "clip", "alpha", "beta")),
+    ("lr_decay", "0", "in (0, 1]"),
+    ("lr_decay", "1.5", "in (0, 1]"),
+    ("min_improvement", "1", "in [0, 1), got 1.0"),
+    ("max_unk_rate", "-0.5", "in [0, 1]"),
+    ("max_unk_rate", "2", "in [0, 1]"),
+    ("seed", "-1", "in [0, 2**31)"),
+]
+
+
 @pytest.mark.parametrize(
     "extra,message",
     [
         (["--train_file", "/nonexistent/train.txt"], "does not exist"),
         (["--scheme", "window", "--per_device_train_batch_size", "400"], "longer than each training stream"),
-        (["--min_improvement", "1"], "--min_improvement must be in [0, 1), got 1.0"),
+        (["--config", "hidden_size -3"], "--config model: hidden_size must be a positive integer, got -3"),
+        *(([f"--{flag}", value], f"--{flag} must be {what}") for flag, value, what in BAD_NUMBERS),
     ],
+    ids=lambda x: " ".join(x) if isinstance(x, list) else "",
 )
-def test_bad_inputs_fail_before_training(corpus, tmp_path, extra, message):
-    done = launch(data_args(corpus) + ["--output_dir", str(tmp_path)] + extra, check=False)
-    assert done.returncode == 2 and message in done.stderr.strip().splitlines()[-1] and "Traceback" not in done.stderr
-    assert not (tmp_path / "log.jsonl").exists()
+def test_bad_inputs_fail_before_training(corpus, tmp_path, capsys, extra, message):
+    """Invalid input stops train.py with exit status 2 and one `error:` line naming the flag, before any work: no
+    log, no output folder. (Before, --bptt 0 looped forever, a zero batch raised ZeroDivisionError, --eval_bptt 0
+    failed only after training, --stride 0 silently meant the default, --learning_rate -1 trained.) In-process, so
+    any other exception (a traceback on the command line) fails the test."""
+    train = train_module()
+    if extra[:2] == ["--config", "hidden_size -3"]:
+        cfg = json.loads(TINY.read_text())
+        cfg["model"]["hidden_size"] = -3
+        (tmp_path / "bad.json").write_text(json.dumps(cfg))
+        extra = ["--config", str(tmp_path / "bad.json")]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        train.main(data_args(corpus) + ["--output_dir", str(out)] + extra)
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert stop.value.code == 2 and len(errors) == 1 and errors[0] == err.strip().splitlines()[-1], err
+    assert ": error: " in errors[0] and message in errors[0], errors
+    assert not out.exists()
+
+
+def test_library_schedule_and_shards_refuse_empty_segments_and_batches():
+    """segment_schedule with bptt (or stride) < 1 would loop forever; shard_streams with no streams divides by 0."""
+    for scheme, kw in (("stateful", {"bptt": 0}), ("stateful", {"bptt": -2}), ("window", {"bptt": 35, "stride": 0})):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            segment_schedule(100, scheme, **kw)
+    assert segment_schedule(10, "window", bptt=0, stride=4) == [(0, 4), (4, 4), (8, 1)]  # bptt unused there
+    assert {flag for flag, _, _ in train_module().RANGES} == {f"--{flag}" for flag, _, _ in BAD_NUMBERS}
+    for kw in ({"batch_size": 0}, {"batch_size": 2, "num_processes": 0}, {"batch_size": 2, "process_index": 2}):
+        with pytest.raises(ValueError, match="batch_size must be >= 1"):
+            shard_streams(torch.arange(100), **{"num_processes": 2, "process_index": 0, **kw})
 
 
 def test_empty_corpus_and_vocab_mismatch_fail_clearly(corpus, tmp_path):
@@ -392,3 +454,223 @@ def test_each_shipped_recipe_trains_the_tiny_model(recipe, patterned_corpus, tmp
     unigram_entropy = -(counts * counts.log()).sum().item()
     last = sum(loss[-10:]) / 10
     assert last < loss[0] and last < unigram_entropy + 0.1, (loss[0], last, unigram_entropy)
+
+
+# ---- the training loop's own steps, observed in-process: what the optimizer sees, what is logged and saved ----
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """Ten sentences repeated (learnable): about 20 updates per epoch with the tiny config."""
+    d = tmp_path_factory.mktemp("small")
+    rng = random.Random(2)
+    sentences = [" ".join(f"w{rng.randrange(20)}" for _ in range(rng.randint(4, 8))) for _ in range(10)]
+    for split, n in (("train", 60), ("valid", 12), ("test", 12)):
+        (d / f"{split}.txt").write_text("\n".join(rng.choice(sentences) for _ in range(n)) + "\n")
+    return d
+
+
+def small_args(corpus, out, *extra, validation=True):
+    files = ["--train_file", str(corpus / "train.txt"), "--test_file", str(corpus / "test.txt")]
+    if validation:
+        files += ["--validation_file", str(corpus / "valid.txt")]
+    return [*files, "--config", str(TINY), "--output_dir", str(out), *map(str, extra)]
+
+
+@pytest.fixture
+def optimizer_steps():
+    """Every optimizer step of the test, as the torch optimizer sees it: its class, its param groups' settings, the
+    global norm of the gradients it is about to apply, and the parameters after the step."""
+    steps = []
+
+    def before(opt, args, kwargs):
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        steps.append({"type": type(opt), "lrs": [g["lr"] for g in groups], "groups": groups, "grad_norm": norm})
+
+    def after(opt, args, kwargs):
+        steps[-1]["params"] = [p.detach().clone() for g in opt.param_groups for p in g["params"]]
+
+    handles = [register_optimizer_step_pre_hook(before), register_optimizer_step_post_hook(after)]
+    yield steps
+    for h in handles:
+        h.remove()
+
+
+def log_rows(out):
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def saved_parameters(out):
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+    return [p.detach() for p in PointerSentinelForCausalLM.from_pretrained(out).parameters()]
+
+
+def test_clip_bounds_the_gradient_norm_the_optimizer_applies(small_corpus, tmp_path, optimizer_steps):
+    """--clip c: every update applies gradients of global norm c (the raw ones are larger); --clip 0: unclipped."""
+    train = train_module()
+    train.main(small_args(small_corpus, tmp_path / "a", "--clip", "0.01", "--max_train_steps", "6"))
+    assert len(optimizer_steps) == 6
+    assert all(s["grad_norm"] == pytest.approx(0.01, rel=1e-4) for s in optimizer_steps), optimizer_steps
+    optimizer_steps.clear()
+    train.main(small_args(small_corpus, tmp_path / "b", "--clip", "0", "--max_train_steps", "6"))
+    assert len(optimizer_steps) == 6 and all(s["grad_norm"] > 0.05 for s in optimizer_steps)
+
+
+def test_every_param_group_gets_the_segment_lr(small_corpus, tmp_path, optimizer_steps, monkeypatch):
+    """The LR each update applies, in every param group: learning_rate x lr_decay per plateau epoch, and with
+    --variable_bptt x k / bptt for a segment of k targets (AWD-LSTM). Two param groups, so a write to the first only
+    shows; min_improvement 0.99 makes epochs 2 and 3 plateaus, so epoch 3 trains at half the LR."""
+    train = train_module()
+    real_sgd, segments = torch.optim.SGD, []
+
+    def two_groups(params, **kw):
+        params = list(params)
+        return real_sgd([{"params": params[:2]}, {"params": params[2:]}], **kw)
+
+    real_make_segment = train.make_segment
+
+    def make_segment(streams, p, k, *a):
+        segments.append(k)
+        return real_make_segment(streams, p, k, *a)
+
+    monkeypatch.setattr(torch.optim, "SGD", two_groups)
+    monkeypatch.setattr(train, "make_segment", make_segment)
+    out = tmp_path / "out"
+    train.main(small_args(small_corpus, out, "--variable_bptt", "--num_train_epochs", "3", "--min_improvement", "0.99",
+                          "--patience", "5", "--learning_rate", "0.8", "--lr_decay", "0.5"))  # fmt: skip
+    epoch_of = {r["step"]: r["epoch"] for r in log_rows(out) if "train_loss" in r}
+    assert len(optimizer_steps) == len(segments) == len(epoch_of) and set(epoch_of.values()) == {0, 1, 2}
+    assert len(set(segments)) > 3  # the lengths vary
+    for step, (s, k) in enumerate(zip(optimizer_steps, segments, strict=True), 1):
+        base = 0.8 * (0.5 if epoch_of[step] == 2 else 1.0)
+        assert len(s["lrs"]) == 2 and s["lrs"] == pytest.approx([base * k / 10] * 2, rel=1e-12), (step, k, s["lrs"])
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "ntasgd"])
+def test_each_optimizer_is_what_it_is_named(optimizer, small_corpus, tmp_path, optimizer_steps, monkeypatch, capsys):
+    """sgd: plain SGD; adamw: AdamW; both decay the LR on a plateau and never average. ntasgd: plain SGD whose LR
+    stays, averaging from the trigger on (forced here after epoch 1; the trigger gets the validation losses and
+    --nonmono). All take --weight_decay."""
+    train = train_module()
+    calls = []
+    monkeypatch.setattr(train, "nt_asgd_triggered", lambda losses, nonmono: calls.append((list(losses), nonmono)) or 1)
+    out = tmp_path / "out"
+    train.main(small_args(small_corpus, out, "--optimizer", optimizer, "--learning_rate", "0.01",
+                          "--weight_decay", "0.03", "--num_train_epochs", "2", "--min_improvement", "0.99",
+                          "--nonmono", "4"))  # fmt: skip
+    want = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW, "ntasgd": torch.optim.SGD}[optimizer]
+    assert {s["type"] for s in optimizer_steps} == {want}
+    assert all(g["weight_decay"] == 0.03 for s in optimizer_steps for g in s["groups"])
+    if want is torch.optim.SGD:
+        assert all(g["momentum"] == 0 and not g["nesterov"] for s in optimizer_steps for g in s["groups"])
+    epochs = [r for r in log_rows(out) if "valid_ppl" in r]
+    averaging = "NT-ASGD: averaging from step" in capsys.readouterr().out
+    if optimizer == "ntasgd":
+        assert [r["lr"] for r in epochs] == [0.01, 0.01] and averaging
+        assert calls == [([math.log(epochs[0]["valid_ppl"])], 4)]
+    else:
+        assert [r["lr"] for r in epochs] == [0.01, 0.005] and not averaging and calls == []
+
+
+@pytest.mark.parametrize("case", ["best is the average", "best before averaging", "no validation"])
+def test_ntasgd_evaluates_and_saves_the_running_average(case, small_corpus, tmp_path, optimizer_steps, monkeypatch):
+    """NT-ASGD, triggered after epoch 1 (forced): from the weights at the trigger on, the average takes in the weights
+    after every update. Epoch 2 is validated with the average, and the saved model is the best validated weights:
+    the average computed here from the optimizer's own steps, or epoch 1's weights when epoch 2 did not improve
+    (the decision scripted); with no validation at all, the average."""
+    train = train_module()
+    trigger_at = []
+    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: trigger_at.append(len(optimizer_steps)) or True)
+    verdicts = iter([True, case == "best is the average"])
+    if case != "no validation":
+        monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+    out = tmp_path / "out"
+    results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "2",
+                                    validation=case != "no validation"))  # fmt: skip
+    (n1,) = trigger_at
+    snapshots = [s["params"] for s in optimizer_steps]
+    assert 10 < n1 < len(snapshots)
+    average = [torch.stack(ws).mean(0) for ws in zip(*snapshots[n1 - 1 :], strict=True)]  # trigger weights + epoch 2
+    want = snapshots[n1 - 1] if case == "best before averaging" else average
+    for got, w in zip(saved_parameters(out), want, strict=True):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-6)
+    if case != "no validation":  # the final validation of the saved weights repeats the best epoch's
+        epochs = [r["valid_ppl"] for r in log_rows(out) if "valid_ppl" in r]
+        best = epochs[1] if case == "best is the average" else epochs[0]
+        assert results["validation_ppl"] == pytest.approx(best, rel=1e-9)
+        assert epochs[0] != pytest.approx(epochs[1], rel=1e-6)
+
+
+def test_plateau_rule_resets_on_improvement_and_decays_each_plateau(small_corpus, tmp_path, monkeypatch):
+    """Validation verdicts scripted improve, plateau, improve, plateau, plateau with patience 2: the LR halves after
+    each plateau, the count of plateaus in a row restarts at an improvement, and the second plateau in a row stops."""
+    train = train_module()
+    verdicts = iter([True, False, True, False, False, True])
+    monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+    out = tmp_path / "out"
+    results = train.main(small_args(small_corpus, out, "--num_train_epochs", "6", "--patience", "2", "--lr_decay",
+                                    "0.5", "--log_every", "1000"))  # fmt: skip
+    assert [r["lr"] for r in log_rows(out) if "valid_ppl" in r] == [1.0, 0.5, 0.5, 0.25, 0.125]
+    assert results["epochs"] == 5
+    assert json.loads((out / "results.json").read_text())["stopped"].endswith("for 2 evaluations in a row")
+
+
+class FakeClock:
+    """train.py's time.perf_counter, advanced by one second per optimizer step."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+    def tick(self, *args):
+        self.now += 1.0
+
+
+def test_max_train_minutes_stops_at_the_first_step_past_the_limit(small_corpus, tmp_path, monkeypatch):
+    """One process reads the clock after every update: with updates of one (fake) second and a limit of 6 s, the
+    7th update is the first to end past it, however far the next log step is (before, the clock was read only
+    when the loop logged: here at the epoch's end, ~20 updates)."""
+    train = train_module()
+    clock = FakeClock()
+    monkeypatch.setattr(train, "time", clock)
+    handle = register_optimizer_step_post_hook(clock.tick)
+    try:
+        out = tmp_path / "out"
+        results = train.main(small_args(small_corpus, out, "--max_train_minutes", "0.1", "--log_every", "1000",
+                                        "--num_train_epochs", "3"))  # fmt: skip
+    finally:
+        handle.remove()
+    summary = json.loads((out / "results.json").read_text())
+    assert summary["steps"] == 7 and summary["stopped"] == "max_train_minutes (0.1): not converged"
+    assert results["train_minutes"] == pytest.approx(7 / 60)
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_time_limit_decision_is_made_every_step_near_the_limit(processes, monkeypatch):
+    """The stop decision of train.TimeLimit, step by step, with a fake clock (1 s per update, a log step every 10,
+    a limit of 30 s) and, for 2 processes, a recorded broadcast (the collective every rank must enter together, at
+    steps that depend only on broadcast values). One process: no collective. Two: broadcast every step until the
+    first log step (near until shown otherwise), at log steps, and every step from the log step that finds the limit
+    within two log intervals (step 20: 20 + 2 x 10 > 30). Both stop at step 31, the first to end past 30 s."""
+    train = train_module()
+    clock, collectives = FakeClock(), []
+
+    def broadcast(accelerator, *flags):
+        collectives.append(int(clock.now))
+        return flags
+
+    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(train, "accelerate_broadcast", broadcast)
+    limit = train.TimeLimit(types.SimpleNamespace(num_processes=processes), 0.5)
+    for step in range(1, 100):
+        clock.tick()
+        if limit.passed(True, step % 10 == 0):
+            break
+    assert step == 31
+    want = [*range(1, 11), *range(20, 32)] if processes == 2 else []
+    assert collectives == want
