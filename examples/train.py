@@ -46,6 +46,7 @@ from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  #
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
+    check_frequency_order,
     encode_lines,
     improves,
     make_segment,
@@ -154,9 +155,12 @@ def build_model(args, tokenizer):
             )
         return model
     eos = tokenizer.eos_token_id
-    config = PointerSentinelConfig(
-        vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
-    )
+    try:  # settings that depend on the vocabulary (adaptive_softmax_cutoffs) can only be checked here
+        config = PointerSentinelConfig(
+            vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
+        )
+    except ValueError as e:
+        fail(e)
     return PointerSentinelForCausalLM(config)
 
 
@@ -243,7 +247,8 @@ def main(argv=None):
     cfg = model.config
     try:
         ids = {split: encode_lines(tokenizer, lines) for split, lines in splits.items()}
-    except ValueError as e:  # an empty split, or a tokenizer without an end-of-line token
+        check_frequency_order(ids["train"], cfg.adaptive_softmax_cutoffs, cfg.vocab_size)
+    except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
     unk_id = unk_token_id(tokenizer)
     unk_rates = {split: unk_rate(t, unk_id) for split, t in ids.items()}
