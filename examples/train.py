@@ -50,6 +50,7 @@ from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  #
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
+    check_frequency_order,
     encode_lines,
     improves,
     make_segment,
@@ -184,7 +185,7 @@ def build_model(args, tokenizer):
         config = PointerSentinelConfig(
             vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
         )
-    except (ValueError, TypeError) as e:  # the config's own checks (a negative size, a dropout of 1, ...)
+    except (ValueError, TypeError) as e:  # the config's checks, the vocabulary-dependent ones (cutoffs) included
         fail(f"--config model: {e}")
     return PointerSentinelForCausalLM(config)
 
@@ -308,7 +309,8 @@ def main(argv=None):
     cfg = model.config
     try:
         ids = {split: encode_lines(tokenizer, lines) for split, lines in splits.items()}
-    except ValueError as e:  # an empty split, or a tokenizer without an end-of-line token
+        check_frequency_order(ids["train"], cfg.adaptive_softmax_cutoffs, cfg.vocab_size)
+    except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
     unk_id = unk_token_id(tokenizer)
     unk_rates = {split: unk_rate(t, unk_id) for split, t in ids.items()}

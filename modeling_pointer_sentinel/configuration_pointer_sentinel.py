@@ -1,5 +1,8 @@
 """Configuration of the Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016)."""
 
+from dataclasses import field
+from itertools import pairwise
+
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
@@ -31,6 +34,16 @@ class PointerSentinelConfig(PreTrainedConfig):
         step-by-step loop instead of the fused kernel.
     init_range (`float`): embeddings and the untied softmax matrix are drawn from U(-init_range, init_range);
         other weights from U(-1/sqrt(fan), 1/sqrt(fan)).
+    adaptive_softmax_cutoffs (`list[int]`): Grave et al.'s adaptive softmax for p_vocab; empty (the default) keeps
+        the full softmax. Cutoffs c_0 < c_1 < ... split the ids: the head scores words [0, c_0) and one token per
+        tail cluster [c_i, c_{i+1}) (the last ends at vocab_size), and p(w) = p_head(cluster) p_cluster(w). Ids must
+        be numbered by frequency, as the word-level tokenizer numbers them. Tail i projects h_t to
+        output_size // div^(i+1) units, then scores its words. With `tie_word_embeddings` the head's rows of the
+        frequent words are the embedding matrix's first c_0 rows; the cluster tokens' rows and the tails are their
+        own. The output rows are drawn as the softmax matrix's (U(-init_range, init_range), biases 0), the tails'
+        projections from U(-1/sqrt(fan), 1/sqrt(fan)).
+    adaptive_softmax_div_value (`float`): div, >= 1: each tail cluster's projection is div times narrower than the
+        one before (Grave's 4). Below 1 a tail would be wider than h_t, adding parameters but no rank.
     """
 
     model_type = "pointer_sentinel_lstm"
@@ -56,6 +69,8 @@ class PointerSentinelConfig(PreTrainedConfig):
     weight_drop: float = 0.0
     zoneout: float = 0.0
     init_range: float = 0.1
+    adaptive_softmax_cutoffs: list[int] = field(default_factory=list)
+    adaptive_softmax_div_value: float = 4.0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -86,6 +101,17 @@ class PointerSentinelConfig(PreTrainedConfig):
             raise ValueError(f"pointer_loss_weight must be >= 0, got {self.pointer_loss_weight}.")
         if self.init_range <= 0:
             raise ValueError(f"init_range must be > 0, got {self.init_range}.")
+        cutoffs, div = self.adaptive_softmax_cutoffs, self.adaptive_softmax_div_value
+        if any(b <= a for a, b in pairwise(cutoffs)) or not all(0 < c < self.vocab_size for c in cutoffs):
+            raise ValueError(f"adaptive_softmax_cutoffs must increase strictly, each in (0, vocab_size="
+                             f"{self.vocab_size}), got {cutoffs}.")  # fmt: skip
+        if not div >= 1:
+            raise ValueError(f"adaptive_softmax_div_value must be >= 1, got {div}.")
+        if cutoffs and self.output_size // div ** len(cutoffs) < 1:
+            raise ValueError(
+                f"adaptive_softmax_div_value={div} leaves the last of {len(cutoffs)} tail clusters no "
+                f"units (output size {self.output_size}); use a smaller div or fewer cutoffs."
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:

@@ -78,6 +78,21 @@ def unk_rate(ids: torch.Tensor, unk_id: int | None) -> float:
     return 0.0 if unk_id is None or ids.numel() == 0 else (ids == unk_id).double().mean().item()
 
 
+def check_frequency_order(train_ids: torch.Tensor, cutoffs: list[int], vocab_size: int):
+    """The adaptive softmax's clusters are id ranges, so ids must follow training frequency at the cutoffs: raise a
+    ValueError if a word after a cutoff occurs more often in `train_ids` than a word before it."""
+    counts = torch.bincount(train_ids, minlength=vocab_size)
+    for c in cutoffs:
+        before, after = counts[:c].min(), counts[c:].max()
+        if after > before:
+            raise ValueError(
+                f"adaptive_softmax_cutoffs needs word ids in frequency order, but id {int(counts[c:].argmax()) + c} "
+                f"(after the cutoff {c}) occurs {int(after)} times in the training data and id "
+                f"{int(counts[:c].argmin())} (before it) {int(before)} times. Build the tokenizer from the training "
+                "split (leave out --tokenizer_name), or train without adaptive_softmax_cutoffs."
+            )
+
+
 def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
     so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each)."""

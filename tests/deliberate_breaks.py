@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
+A = "tests/test_adaptive_softmax.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -275,6 +276,57 @@ MUTS = [
         "if batch_size < 1 or",
         "if batch_size < 0 or",
         [f"{TT}::test_library_schedule_and_shards_refuse_empty_segments_and_batches"],
+    ),
+    (
+        "adaptive: wrong cluster offset",
+        M,
+        "word = tails[i].gather(-1, (y - lo).clamp(0, hi - lo - 1)",
+        "word = tails[i].gather(-1, (y - lo + 1).clamp(0, hi - lo - 1)",
+        [A],
+    ),
+    (
+        "adaptive: head unnormalised",
+        M,
+        "return torch.log_softmax(_upcast(head), -1), [",
+        "return _upcast(head), [",
+        [A],
+    ),
+    (
+        "adaptive: tail term missing in the loss",
+        M,
+        "head[..., c0 + i] + word, log_p)",
+        "head[..., c0 + i], log_p)",
+        [A],
+    ),
+    ("adaptive: cluster term missing in log_prob", M, "*(head[..., c0 + i, None] + t for", "*(t for", [A]),
+    (
+        "adaptive: tying dropped",
+        M,
+        "            self.lm_head = AdaptiveSoftmax(config)\n",
+        "            self.lm_head = AdaptiveSoftmax(config)\n            self._tied_weights_keys = {}\n",
+        [A],
+    ),
+    (
+        "adaptive: tied head rows detached",
+        M,
+        "torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])",
+        "torch.cat([self.weight[: self.cutoffs[0]].detach(), self.cluster_weight])",
+        [A],
+    ),
+    (
+        "adaptive: projections drawn like the softmax",
+        M,
+        "init.uniform_(p, -1 / math.sqrt(p.shape[1]), 1 / math.sqrt(p.shape[1]))",
+        "init.uniform_(p, -r, r)",
+        [A],
+    ),
+    ("adaptive: cutoffs unchecked", C, "if any(b <= a for a, b in pairwise(cutoffs)) or not", "if False and not", [A]),
+    (
+        "adaptive: frequency order unchecked",
+        "modeling_pointer_sentinel/training.py",
+        "if after > before:",
+        "if False:",
+        [A],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -48,6 +48,29 @@ def lstm_step(x, h, c, layer, w_hh, zoneout=0.0, keep_h=None, keep_c=None):
 
 
 @torch.no_grad()
+def vocab_probs(model, h):
+    """p_vocab (V,) for one h: softmax(U h + b), or the adaptive softmax word by word from its definition: p_head(w)
+    for a frequent word, else p_head(w's cluster) * softmax over that cluster's words of W_i P_i h + b_i."""
+    cfg, head = model.config, model.lm_head
+    if not cfg.adaptive_softmax_cutoffs:
+        return torch.softmax(head.weight @ h + head.bias, 0)
+    edges = [0, *cfg.adaptive_softmax_cutoffs, cfg.vocab_size]
+    c0 = edges[1]
+    frequent = model.model.embed_tokens.weight[:c0] if cfg.tie_word_embeddings else head.weight
+    p_head = torch.softmax(torch.cat([frequent, head.cluster_weight]) @ h + head.head_bias, 0)
+    p = torch.zeros(cfg.vocab_size, dtype=h.dtype)
+    for w in range(cfg.vocab_size):
+        if w < c0:
+            p[w] = p_head[w]
+            continue
+        i = next(k for k in range(1, len(edges) - 1) if edges[k] <= w < edges[k + 1]) - 1  # w's tail cluster
+        scores = [float(head.tail_weight[i][j] @ (head.tail_proj[i] @ h) + head.tail_bias[i][j])
+                  for j in range(edges[i + 2] - edges[i + 1])]  # fmt: skip
+        p[w] = p_head[c0 + i] * math.exp(scores[w - edges[i + 1]]) / sum(math.exp(x) for x in scores)
+    return p
+
+
+@torch.no_grad()
 def reference_batch(model, ids, masks=None, state=None, window=None):
     """ids (B, T). Per position the mixture distribution p (B, T, V), the gate g (B, T) and the attention over
     positions t-L+1..t (B, T, L; 0 where no position exists), the state after the call and the last L (h, id) of
@@ -81,7 +104,7 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
         seq = past + top  # every position this row has seen, oldest first
         for t in range(T):
             h = top[t][0]
-            p_vocab = torch.softmax(model.lm_head.weight @ h + model.lm_head.bias, 0)
+            p_vocab = vocab_probs(model, h)
             if model.pointer is None:
                 p_out[b, t] = p_vocab
                 continue

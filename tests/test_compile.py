@@ -18,6 +18,7 @@ def compiled(fn):
     [
         dict(weight_drop=0.2, embedding_dropout=0.1, input_dropout=0.1, pointer_loss_weight=0.1),
         dict(gate_type="switch", zoneout=0.3),
+        dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0, tie_word_embeddings=True),
     ],
 )
 def test_training_forward_compiles_as_one_graph(kw):

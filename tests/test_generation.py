@@ -12,6 +12,8 @@ from modeling_pointer_sentinel import PointerSentinelConfig, PointerSentinelForC
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 
 PROMPT = torch.tensor([[1, 2, 3, 1, 2, 4, 1]])
+ADAPTIVE = dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0)  # V = 23: two tail clusters
+SOFTMAXES = pytest.mark.parametrize("softmax", [{}, ADAPTIVE], ids=["full", "adaptive"])
 
 
 def model(**kw):
@@ -24,8 +26,9 @@ def gen(m, x=PROMPT, **kw):
     return m.generate(x, **kw)
 
 
-def test_first_step_scores_equal_forward_mixture():
-    m = model()
+@SOFTMAXES
+def test_first_step_scores_equal_forward_mixture(softmax):
+    m = model(**softmax)
     out = gen(m, do_sample=False, output_scores=True, return_dict_in_generate=True)
     fwd = m(PROMPT)
     torch.testing.assert_close(out.scores[0], fwd.logits[:, -1], atol=1e-5, rtol=1e-5)
@@ -35,8 +38,9 @@ def test_first_step_scores_equal_forward_mixture():
     assert not torch.allclose(out.scores[0], off.scores[0])
 
 
-def test_every_step_scores_equal_forward_on_the_generated_sequence():
-    m = model()
+@SOFTMAXES
+def test_every_step_scores_equal_forward_on_the_generated_sequence(softmax):
+    m = model(**softmax)
     out = gen(m, do_sample=False, output_scores=True, return_dict_in_generate=True)
     fwd = m(out.sequences[:, :-1]).logits[:, PROMPT.shape[1] - 1 :]
     torch.testing.assert_close(torch.stack(out.scores, 1), fwd, atol=1e-5, rtol=1e-5)
@@ -128,8 +132,9 @@ def test_unsupported_decoding_modes_raise_clearly():
         gen(m, penalty_alpha=0.6, top_k=4)
 
 
-def test_plain_lstm_generates_without_processor():
-    m = model(use_pointer=False)
+@SOFTMAXES
+def test_plain_lstm_generates_without_processor(softmax):
+    m = model(use_pointer=False, **softmax)
     out = gen(m, do_sample=False, output_scores=True, return_dict_in_generate=True)
     torch.testing.assert_close(out.scores[0], m(PROMPT).logits[:, -1])
 

@@ -16,13 +16,17 @@ from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_trainer_trains_evaluates_and_predicts_like_a_gpt2(tmp_path):
+@pytest.mark.parametrize(
+    "softmax", [{}, dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0)], ids=["full", "adaptive"]
+)
+def test_trainer_trains_evaluates_and_predicts_like_a_gpt2(tmp_path, softmax):
     from datasets import Dataset
     from transformers import Trainer, TrainingArguments
 
-    model = tiny_model()
+    model = tiny_model(**softmax)
     g = torch.Generator().manual_seed(0)
-    rows = torch.randint(0, 6, (12, 10), generator=g)  # equal lengths: per-batch means average to the global mean
+    # Equal lengths: per-batch means average to the global mean. The adaptive softmax sees words of every cluster.
+    rows = torch.randint(0, 23 if softmax else 6, (12, 10), generator=g)
     ds = Dataset.from_dict({"input_ids": rows.tolist(), "labels": rows.tolist()})
     args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, per_device_eval_batch_size=4,
                              num_train_epochs=1, learning_rate=1e-2, report_to=[], use_cpu=True, save_strategy="no",

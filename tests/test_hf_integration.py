@@ -4,6 +4,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 from conftest import tiny_model
 from transformers import AutoTokenizer
@@ -30,8 +31,11 @@ def run_fresh(code: str, cwd, with_stderr: bool = False) -> str:
     return done.stdout + done.stderr if with_stderr else done.stdout
 
 
-def test_save_and_reload_through_remote_code_in_fresh_process(tmp_path):
-    model = tiny_model(tie_word_embeddings=True).eval()
+@pytest.mark.parametrize(
+    "softmax", [{}, dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0)], ids=["full", "adaptive"]
+)
+def test_save_and_reload_through_remote_code_in_fresh_process(tmp_path, softmax):
+    model = tiny_model(tie_word_embeddings=True, **softmax).eval()
     ids = torch.tensor([[1, 2, 3, 1, 2, 4, 1]])
     want = model(ids)
     model.save_pretrained(tmp_path / "m")

@@ -194,10 +194,13 @@ def test_config_round_trip_keeps_every_field(tmp_path):
             changed[f.name] = "switch"
         elif value is None and f.name.endswith("token_id"):
             changed[f.name] = 2
+        elif isinstance(value, list):
+            changed[f.name] = [3, 7]
     ours = {"vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "tie_word_embeddings",
             "pointer_window", "use_pointer", "gate_type", "pointer_loss_weight", "embedding_dropout", "input_dropout",
             "hidden_dropout", "output_dropout", "weight_drop", "zoneout", "init_range", "pad_token_id",
-            "bos_token_id", "eos_token_id", "use_cache"}  # fmt: skip
+            "bos_token_id", "eos_token_id", "use_cache", "adaptive_softmax_cutoffs",
+            "adaptive_softmax_div_value"}  # fmt: skip
     assert ours <= set(changed), sorted(ours - set(changed))
     cfg = PointerSentinelConfig(**changed)
     cfg.save_pretrained(tmp_path)

@@ -117,10 +117,20 @@ def test_resume_reproduces_uninterrupted_losses(corpus, tmp_path):
         assert b[step] == pytest.approx(a[step], rel=1e-6), step
 
 
-def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
+def adaptive_config(tmp_path, cutoffs) -> list[str]:
+    """--config: the tiny model with the adaptive softmax."""
+    cfg = json.loads(TINY.read_text())
+    cfg["model"]["adaptive_softmax_cutoffs"] = cutoffs
+    (tmp_path / "adaptive.json").write_text(json.dumps(cfg))
+    return ["--config", str(tmp_path / "adaptive.json")]
+
+
+@pytest.mark.parametrize("adaptive", [False, True], ids=["full", "adaptive"])
+def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path, adaptive):
     out = tmp_path / "run"
+    extra = adaptive_config(tmp_path, [10, 25]) if adaptive else []
     done = launch(data_args(corpus) + ["--output_dir", str(out), "--num_train_epochs", "2", "--scheme", "window",
-                                       "--stride", "4", "--sample_prompt", "w1 w2"])  # fmt: skip
+                                       "--stride", "4", "--sample_prompt", "w1 w2", *extra])  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert results["test_ppl"] < 40  # uniform over the 42 ids would be 42
     assert "sample: w1 w2 w" in done.stdout
@@ -128,6 +138,23 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path):
 
     model = AutoModelForCausalLM.from_pretrained(out)
     assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out)) == 42  # 40 words, <eos>, <unk>
+    assert model.config.adaptive_softmax_cutoffs == ([10, 25] if adaptive else [])
+
+
+def test_adaptive_softmax_needs_ids_in_training_frequency_order(corpus, tmp_path):
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    # every word of the corpus, numbered by another text's frequencies: w39 first, w0 last
+    build_word_level_tokenizer([" ".join([f"w{i}"] * (i + 1)) for i in range(40)]).save_pretrained(tmp_path / "tok")
+    for cutoffs, extra, message in (
+        ([10, 25], ["--tokenizer_name", str(tmp_path / "tok")], "needs word ids in frequency order, but id "),
+        ([10, 50], [], "adaptive_softmax_cutoffs must increase strictly, each in (0, vocab_size=42)"),
+    ):
+        args = data_args(corpus) + adaptive_config(tmp_path, cutoffs) + ["--output_dir", str(tmp_path / "r"), *extra]
+        done = launch(args, check=False)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert message in done.stderr.strip().splitlines()[-1]
+        assert not (tmp_path / "r" / "log.jsonl").exists()
 
 
 SEGMENT_AND_BATCH = "bptt per_device_train_batch_size per_device_eval_batch_size eval_bptt stride".split()
