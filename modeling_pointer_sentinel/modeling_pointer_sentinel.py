@@ -280,32 +280,37 @@ class AdaptiveSoftmax(nn.Module):
         self.tail_weight = nn.ParameterList(nn.Parameter(torch.empty(n, w)) for n, w in zip(sizes, widths, strict=True))
         self.tail_bias = nn.ParameterList(nn.Parameter(torch.empty(n)) for n in sizes)  # b_i
 
-    def cluster_log_probs(self, h: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """log p_head (..., c_0 + n): the frequent words, then the clusters; and log p_i (..., c_{i+1} - c_i)."""
+    def head_log_probs(self, h: torch.Tensor) -> torch.Tensor:
+        """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
         head = F.linear(h, torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight]), self.head_bias)
-        tails = [F.linear(F.linear(h, p), w, b)
-                 for p, w, b in zip(self.tail_proj, self.tail_weight, self.tail_bias, strict=True)]  # fmt: skip
-        return torch.log_softmax(_upcast(head), -1), [torch.log_softmax(_upcast(t), -1) for t in tails]
+        return torch.log_softmax(_upcast(head), -1)
+
+    def tail_log_probs(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        """log p_i (..., c_{i+1} - c_i): cluster i's words given the cluster."""
+        tail = F.linear(F.linear(h, self.tail_proj[i]), self.tail_weight[i], self.tail_bias[i])
+        return torch.log_softmax(_upcast(tail), -1)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """log p_vocab (..., V)."""
-        head, tails = self.cluster_log_probs(h)
-        c0 = self.cutoffs[0]
-        return torch.cat([head[..., :c0], *(head[..., c0 + i, None] + t for i, t in enumerate(tails))], -1)
+        head, c0 = self.head_log_probs(h), self.cutoffs[0]
+        tails = (head[..., c0 + i, None] + self.tail_log_probs(i, h) for i in range(len(self.tail_proj)))
+        return torch.cat([head[..., :c0], *tails], -1)
 
     def target_log_prob(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """log p_vocab(y) (...) for targets y (...), without the (..., V) tensor. Every tail runs at every position
-        and masks pick the target's cluster: running a tail only where its targets are (as torch's
-        AdaptiveLogSoftmaxWithLoss) needs nonzero(), a host sync and data-dependent shapes (a graph break). On
-        WikiText-2 with cutoffs [2000, 10000] that costs 2.3x its FLOPs (a sixth of the full softmax's); on one CPU
-        thread, where the (..., V - c_0) tail scores make it memory-bound, about 10x its time, and a training step
-        is still 1.5-1.8x faster than with the full softmax."""
-        head, tails = self.cluster_log_probs(h)
-        c0 = self.cutoffs[0]
+        """log p_vocab(y) (...) for targets y (...), without the (..., V) tensor: the head at every position, each
+        tail only where it is needed. Finding the positions whose target is in a cluster takes a host read of their
+        count: on the CPU that read is free, and each tail runs on its positions alone (torch's
+        AdaptiveLogSoftmaxWithLoss does the same). On an accelerator it would stall the device, and under
+        torch.compile break the graph, so there each tail runs at every position and a mask keeps its targets."""
+        head, c0 = self.head_log_probs(h), self.cutoffs[0]
         log_p = head.gather(-1, y.clamp(max=c0 - 1).unsqueeze(-1)).squeeze(-1)
+        select = h.device.type == "cpu" and not torch.compiler.is_compiling()
         for i, (lo, hi) in enumerate(pairwise(self.cutoffs)):
-            word = tails[i].gather(-1, (y - lo).clamp(0, hi - lo - 1).unsqueeze(-1)).squeeze(-1)
-            log_p = torch.where((y >= lo) & (y < hi), head[..., c0 + i] + word, log_p)
+            in_cluster = (y >= lo) & (y < hi)
+            rows = (lambda t, m=in_cluster: t[m]) if select else (lambda t: t)
+            word = self.tail_log_probs(i, rows(h)).gather(-1, (rows(y) - lo).clamp(0, hi - lo - 1).unsqueeze(-1))
+            value = rows(head[..., c0 + i]) + word.squeeze(-1)
+            log_p = log_p.masked_scatter(in_cluster, value) if select else torch.where(in_cluster, value, log_p)
         return log_p
 
 
