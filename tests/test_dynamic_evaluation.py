@@ -23,9 +23,11 @@ from modeling_pointer_sentinel.evaluation import (
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 
 # (model overrides, objective, the static field it scores): the pointer model, the pointer-off ablation, the plain LM
+# The auxiliary pointer loss is on: an objective that kept it would show.
+AUX = {"pointer_loss_weight": 0.5}
 KINDS = [
-    ({}, "mixture", "log_probs"),
-    ({}, "vocab", "vocab_log_probs"),
+    (AUX, "mixture", "log_probs"),
+    (AUX, "vocab", "vocab_log_probs"),
     ({"use_pointer": False}, "mixture", "log_probs"),
 ]
 KIND_IDS = ["pointer", "pointer-off", "plain"]
