@@ -50,7 +50,7 @@ from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_
 CACHE_GRID = dict(windows=[500, 2000, 3785], thetas=[0.3, 0.662, 1.0], lambdas=[0.05, 0.1279, 0.2, 0.3])
 STATS_SEGMENT = 5  # targets per training segment for the gradient statistics (Krause et al.'s)
 DYN_LR, DYN_LAMBDA, DYN_STATS_TOKENS = 5e-5, 2e-3, 100_000  # Krause et al.'s defaults at 5-token segments
-DYN_GRID_LRS, DYN_GRID_LAMBDAS = [2e-5, 5e-5, 1e-4, 2e-4], [1e-3, 5e-3]
+DYN_GRID_LRS, DYN_GRID_LAMBDAS = [1e-5, 2e-5, 5e-5, 1e-4], [1e-3, 5e-3]  # 2e-4 diverged on PTB (sanity run)
 
 
 def parse_args(argv=None):
