@@ -5,6 +5,8 @@
         --cache_grid --compare outputs/ptb_plain --plots outputs/ptb_plots --output_json outputs/ptb_pointer.eval.json
 
 (or your copies of PTB: --train_file ptb.train.txt --validation_file ptb.valid.txt --test_file ptb.test.txt).
+`--dynamic` adds Krause et al.'s dynamic evaluation (the weights adapt to the split as it is scored, at batch size 1;
+gradient statistics from the training split; `--dynamic_grid` chooses lr, lambda and segment length on validation).
 Standard conventions: one <eos> per line, the whole split as `--batch_size` contiguous streams, state carried.
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
 model folder or data file) stops the script with one `error:` line on stderr and exit status 2.
@@ -13,6 +15,7 @@ model folder or data file) stops the script with one `error:` line on stderr and
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -29,8 +32,11 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     bucket_log_ppl_difference,
     cache_grid_search,
     collect_outputs,
+    dynamic_evaluate,
+    dynamic_grid_search,
     frequency_buckets,
     gate_statistics,
+    gradient_statistics,
 )
 from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
@@ -42,6 +48,9 @@ from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_
 
 # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
 CACHE_GRID = dict(windows=[500, 2000, 3785], thetas=[0.3, 0.662, 1.0], lambdas=[0.05, 0.1279, 0.2, 0.3])
+STATS_SEGMENT = 5  # targets per training segment for the gradient statistics (Krause et al.'s)
+DYN_LR, DYN_LAMBDA, DYN_STATS_TOKENS = 5e-5, 2e-3, 100_000  # Krause et al.'s defaults at 5-token segments
+DYN_GRID_LRS, DYN_GRID_LAMBDAS = [1e-5, 2e-5, 5e-5, 1e-4], [1e-3, 5e-3]  # 2e-4 diverged on PTB (sanity run)
 
 
 def parse_args(argv=None):
@@ -58,6 +67,23 @@ def parse_args(argv=None):
     a("--cache_theta", type=float, default=0.662)
     a("--cache_lambda", type=float, default=0.1279)
     a("--cache_grid", action="store_true", help="choose window/theta/lambda on validation, then apply them")
+    a("--dynamic", action="store_true", help="add Krause et al.'s dynamic evaluation (batch size 1; needs the "
+      "training split for its gradient statistics)")  # fmt: skip
+    a("--dynamic_lr", type=float, default=DYN_LR, help="learning rate eta")
+    a("--dynamic_lambda", type=float, default=DYN_LAMBDA, help="decay rate lambda towards the trained weights")
+    a("--dynamic_segment", type=int, default=5, help="targets per segment: one update after each")
+    a("--dynamic_epsilon", type=float, default=2e-5, help="added to the gradient RMS in the step's denominator")
+    a("--dynamic_stats_tokens", type=int, default=DYN_STATS_TOKENS, help="training tokens for the gradient "
+      "statistics (0: the whole training split)")  # fmt: skip
+    a("--dynamic_stats_batch_size", type=int, default=100, help="streams for the gradient statistics")
+    a("--dynamic_grid", action="store_true", help="choose lr, lambda and segment length on validation, then apply")
+    a("--dynamic_grid_lrs", type=float, nargs="+", default=DYN_GRID_LRS, help="per 5-token segment; longer "
+      "segments scale lr and lambda by length/5, as Krause et al. do")  # fmt: skip
+    a("--dynamic_grid_lambdas", type=float, nargs="+", default=DYN_GRID_LAMBDAS)
+    a("--dynamic_grid_segments", type=int, nargs="+", default=[5, 20])
+    a("--dynamic_grid_tokens", type=int, default=10000, help="the grid scores the first N validation tokens")
+    a("--dynamic_pointer_off", action="store_true", help="also the pointer model with its pointer switched off "
+      "(g = 1; its own gradient statistics and grid)")  # fmt: skip
     a("--compare", help="a second model: per-frequency-bucket log-perplexity difference (paper Figure 4)")
     a("--buckets", type=int, default=10)
     a("--plots", help="write PNG (and HTML) pictures to this directory")
@@ -102,6 +128,12 @@ def main(argv=None):
         fail(f"no {args.split} split: give --{args.split}_file (or --dataset_name)")
     if args.cache_grid and "validation" not in splits:
         fail("--cache_grid chooses the cache on the validation split: give --validation_file")
+    if args.dynamic and "train" not in splits:
+        fail("--dynamic collects its gradient statistics on the training split: give --train_file")
+    if args.dynamic_grid and not args.dynamic:
+        fail("--dynamic_grid needs --dynamic")
+    if args.dynamic_grid and "validation" not in splits:
+        fail("--dynamic_grid chooses the hyperparameters on the validation split: give --validation_file")
     if args.compare and "train" not in splits:
         fail("--compare needs the training split for word frequencies: give --train_file")
     try:
@@ -114,6 +146,16 @@ def main(argv=None):
         print(f"warning: {rate:.1%} of the {args.split} tokens are <unk>: is this the data the tokenizer was built "
               "for? (with no data flags the bundled WikiText-2 is used)", file=sys.stderr)  # fmt: skip
     need_hidden = args.cache or args.cache_grid
+    if args.dynamic:  # fail on bad hyperparameters now, not after the static evaluation
+        for name in ("segment", "stats_tokens", "stats_batch_size", "grid_tokens"):
+            if getattr(args, f"dynamic_{name}") < (0 if name == "stats_tokens" else 1):
+                fail(f"--dynamic_{name} must be >= {0 if name == 'stats_tokens' else 1}")
+        if min(args.dynamic_grid_segments) < 1:
+            fail("--dynamic_grid_segments must be >= 1")
+        if not (args.dynamic_lr >= 0 and args.dynamic_lambda >= 0 and args.dynamic_epsilon > 0):
+            fail("--dynamic_lr and --dynamic_lambda must be >= 0, --dynamic_epsilon > 0")
+        if min(args.dynamic_grid_lrs + args.dynamic_grid_lambdas) < 0:
+            fail("--dynamic_grid_lrs and --dynamic_grid_lambdas must be >= 0")
 
     def run(m, split):
         streams = streams_for(ids[split], args.batch_size, args.max_tokens)
@@ -140,6 +182,10 @@ def main(argv=None):
         results["ppl_with_cache"] = torch.exp(-mixed.double().mean()).item()
         results["cache"] = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda,
                                 alignment="h_i keys x_{i+1} (Grave et al.)")  # fmt: skip
+    if args.dynamic:
+        objectives = ["mixture"] + (["vocab"] if args.dynamic_pointer_off and model.config.use_pointer else [])
+        for objective in objectives:
+            results.update(run_dynamic(model, ids, args, objective, need_hidden))
     picture_positions = None
     if args.plots:
         plots = Path(args.plots)
@@ -169,6 +215,45 @@ def main(argv=None):
     return results
 
 
+def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
+    """Gradient statistics, the grid on validation (with --dynamic_grid), then dynamic evaluation of the split; the
+    results' keys end in `_pointer_off` for the vocabulary objective (the pointer switched off)."""
+    key = "dynamic" if objective == "mixture" else "dynamic_pointer_off"
+    suffix, label = ("", "") if objective == "mixture" else ("_pointer_off", ", pointer off")
+    tokens = args.dynamic_stats_tokens or None
+    with tqdm(total=min(tokens or ids["train"].numel(), ids["train"].numel()), desc=f"gradient statistics{label}",
+              unit="tok") as bar:  # fmt: skip
+        stats = gradient_statistics(model, ids["train"], tokens, args.dynamic_stats_batch_size, STATS_SEGMENT,
+                                    objective, progress=bar)  # fmt: skip
+    out = {}
+    lr, lam, segment = args.dynamic_lr, args.dynamic_lambda, args.dynamic_segment
+    if args.dynamic_grid:
+        points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s) for s in args.dynamic_grid_segments
+                  for x in args.dynamic_grid_lrs for y in args.dynamic_grid_lambdas]  # fmt: skip
+        val = ids["validation"][: args.dynamic_grid_tokens + 1]
+        with tqdm(total=len(points), desc=f"dynamic grid (validation){label}", unit="point") as bar:
+            grid = dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=bar)
+        out[f"dynamic_grid{suffix}"] = grid
+        out[f"dynamic_grid_best_on_validation{suffix}"] = best = grid[0]
+        lr, lam, segment = best["lr"], best["lam"], best["segment_length"]
+    split_ids = ids[args.split][: args.max_tokens + 1] if args.max_tokens else ids[args.split]
+    start = time.perf_counter()
+    with tqdm(total=split_ids.numel() - 1, desc=f"dynamic {args.split}{label}", unit="tok") as bar:
+        dyn = dynamic_evaluate(model, split_ids, stats, lr, lam, segment, args.dynamic_epsilon, need_hidden, bar)
+    seconds = time.perf_counter() - start
+    static = collect_outputs(model, split_ids[None], args.bptt)  # the same targets, at batch size 1
+    out[f"ppl_dynamic{suffix}"] = dyn.perplexity()
+    out[key] = dict(lr=lr, lam=lam, segment_length=segment, epsilon=args.dynamic_epsilon, objective=objective,
+                    stats_tokens=stats.tokens, stats_batch_size=args.dynamic_stats_batch_size,
+                    stats_segment_length=STATS_SEGMENT, tokens=dyn.targets.numel(), seconds=round(seconds, 1),
+                    static_ppl_batch_1=static.perplexity(pointer=objective == "mixture"))  # fmt: skip
+    if need_hidden:
+        cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)
+        mixed = cache(dyn.hidden, dyn.targets, dyn.log_probs)
+        out[f"ppl_dynamic_with_cache{suffix}"] = torch.exp(-mixed.double().mean()).item()
+    return out
+
+
 def summary(results: dict, args, picture_positions=None) -> str:
     """A few lines for the terminal; the full results go to --output_json."""
     rows = [("model", results["ppl"])]
@@ -181,6 +266,19 @@ def summary(results: dict, args, picture_positions=None) -> str:
             rows.append((f"+ neural cache, chosen on validation ({cache}): validation",
                          results["cache_grid_best_on_validation"]["ppl"]))  # fmt: skip
         rows.append((f"+ neural cache ({cache}): {results['split']}", results["ppl_with_cache"]))
+    for suffix, label in (("", ""), ("_pointer_off", ", pointer switched off")):
+        if f"ppl_dynamic{suffix}" not in results:
+            continue
+        d = results[f"dynamic{suffix}"]
+        dyn = f"lr {d['lr']:.3g}, λ {d['lam']:.3g}, segment {d['segment_length']}"
+        if f"dynamic_grid_best_on_validation{suffix}" in results:
+            rows.append((f"dynamic evaluation{label}, chosen on {args.dynamic_grid_tokens:,} validation tokens "
+                         f"({dyn})", results[f"dynamic_grid_best_on_validation{suffix}"]["ppl"]))  # fmt: skip
+        rows.append((f"static{label}, batch size 1: {results['split']}", d["static_ppl_batch_1"]))
+        rows.append((f"dynamic evaluation{label} ({dyn}, {d['seconds']:.0f} s): {results['split']}",
+                     results[f"ppl_dynamic{suffix}"]))  # fmt: skip
+        if f"ppl_dynamic_with_cache{suffix}" in results:
+            rows.append((f"dynamic evaluation{label} + neural cache", results[f"ppl_dynamic_with_cache{suffix}"]))
     if "compare" in results:
         rows.append((f"--compare {results['compare']['model']}", results["compare"]["ppl"]))
     width = max(len(label) for label, _ in rows)

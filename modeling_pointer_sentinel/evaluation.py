@@ -1,13 +1,17 @@
-"""Evaluation measures: perplexity with and without the pointer, Grave et al.'s neural cache, rare-word buckets and
-gate statistics. Everything works on per-target outputs of the model's own forward (one implementation of the
-mixture). The pictures (gate histogram, bucket bars, pointer windows) are in `plotting.py`."""
+"""Evaluation measures: perplexity with and without the pointer, Grave et al.'s neural cache, Krause et al.'s dynamic
+evaluation, rare-word buckets and gate statistics. Everything works on per-target outputs of the model's own
+forward (one implementation of the mixture). The pictures (gate histogram, bucket bars, pointer windows) are in
+`plotting.py`."""
 
+import copy
 import math
+import time
 from dataclasses import dataclass
 
 import torch
 
 from .modeling_pointer_sentinel import PointerSentinelCache
+from .training import shard_streams
 
 
 @dataclass
@@ -24,22 +28,38 @@ class StreamOutputs:
         return math.exp(-(self.log_probs if pointer else self.vocab_log_probs).double().mean().item())
 
 
+def _segments(streams: torch.Tensor, length: int):
+    """(inputs, targets) of consecutive segments of `length` targets over (B, N+1) streams (the last may be shorter)."""
+    for p in range(0, streams.shape[1] - 1, length):
+        k = min(length, streams.shape[1] - 1 - p)
+        yield streams[:, p : p + k], streams[:, p + 1 : p + k + 1]
+
+
+def _forward(model, x, y, cache):
+    return model(x, shift_labels=y, past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+
+def _record(out, y, keep_hidden: bool) -> tuple:
+    hidden = out.last_hidden_state.detach().float().cpu() if keep_hidden else None
+    return y.cpu(), out.target_log_probs.cpu(), out.vocab_target_log_probs.cpu(), out.gate.detach().cpu(), hidden
+
+
+def _stream_outputs(parts: list[tuple]) -> StreamOutputs:
+    return StreamOutputs(*[torch.cat(xs, 1) if xs[0] is not None else None for xs in zip(*parts, strict=True)])
+
+
 @torch.no_grad()
 def collect_outputs(model, streams: torch.Tensor, bptt: int = 200, keep_hidden: bool = False, progress=None):
     """Run the model over (B, N+1) streams with its state carried across chunks (the standard word-LM evaluation)."""
     model.eval()
     cache, parts = PointerSentinelCache(), []
-    for p in range(0, streams.shape[1] - 1, bptt):
-        k = min(bptt, streams.shape[1] - 1 - p)
-        y = streams[:, p + 1 : p + k + 1]
-        out = model(streams[:, p : p + k], shift_labels=y, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    for x, y in _segments(streams, bptt):
+        out = _forward(model, x, y, cache)
         cache = out.past_key_values
-        hidden = out.last_hidden_state.float().cpu() if keep_hidden else None
-        parts.append((y.cpu(), out.target_log_probs.cpu(), out.vocab_target_log_probs.cpu(), out.gate.cpu(), hidden))
+        parts.append(_record(out, y, keep_hidden))
         if progress is not None:
-            progress.update(k * streams.shape[0])
-    cat = [torch.cat(xs, 1) if xs[0] is not None else None for xs in zip(*parts, strict=True)]
-    return StreamOutputs(*cat)
+            progress.update(y.numel())
+    return _stream_outputs(parts)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -128,6 +148,163 @@ def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: st
                 rows.append(dict(window=w, theta=th, lam=lam, ppl=math.exp(-mixed.double().mean().item())))
                 if progress is not None:
                     progress.update(1)
+    return sorted(rows, key=lambda r: r["ppl"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dynamic evaluation (Krause, Kahembwe, Murray & Renals, 2018)
+# ---------------------------------------------------------------------------------------------------------------
+
+OBJECTIVES = ("mixture", "vocab")
+
+
+def adaptable_copy(model, objective: str = "mixture"):
+    """A copy of the model to adapt (the caller's model is never touched), in eval mode (no dropout), whose forward
+    loss is the log-loss being scored, so one forward both scores a segment and gives the gradient to learn from it.
+
+    `mixture`: -log p(y) of the model's own distribution (the pointer's mixture; the softmax for a plain model). The
+    auxiliary pointer loss is a training aid, not what is scored: its weight is set to 0.
+    `vocab`: the pointer switched off (g = 1), -log p_vocab(y). The copy drops its pointer head, so the model's plain
+    path scores and trains the softmax alone; adapting the mixture instead would let the pointer absorb what the
+    ablation should show, and would not be the distribution being scored."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}.")
+    m = copy.deepcopy(model).eval()
+    m.config.pointer_loss_weight = 0.0
+    if objective == "vocab":
+        m.pointer = None
+    return m
+
+
+@dataclass
+class GradientStatistics:
+    """Per-parameter root mean square of the gradient of the mean segment loss over training segments (Krause et
+    al.'s MS, square-rooted), for the parameters of `adaptable_copy(model, objective)`."""
+
+    rms: dict[str, torch.Tensor]
+    objective: str
+    tokens: int
+
+    def decay_rates(self) -> dict[str, torch.Tensor]:
+        """RMS over its mean (the mean of the parameter tensors' means, as Krause et al.'s code): weights that move a
+        lot on training data decay back faster; the mean decay rate is 1, so lambda sets it."""
+        mean = torch.stack([r.mean() for r in self.rms.values()]).mean()
+        return {n: r / mean for n, r in self.rms.items()}
+
+
+def gradient_statistics(
+    model,
+    train_ids: torch.Tensor,
+    tokens: int | None = None,
+    batch_size: int = 100,
+    segment_length: int = 5,
+    objective: str = "mixture",
+    progress=None,
+) -> GradientStatistics:
+    """Krause et al.'s gradient statistics on (the first `tokens` of) the flat training ids, as `batch_size` streams
+    cut into segments of `segment_length` targets with the state carried: RMS = sqrt(mean over segments of grad²).
+    `progress` gets `update(targets)` per segment."""
+    if tokens is not None and tokens < 1 or batch_size < 1 or segment_length < 1:
+        raise ValueError(f"Need tokens >= 1 (or None), batch_size >= 1, segment_length >= 1; got {tokens}, "
+                         f"{batch_size}, {segment_length}.")  # fmt: skip
+    m = adaptable_copy(model, objective)
+    params = dict(m.named_parameters())
+    streams = shard_streams(train_ids if tokens is None else train_ids[: tokens + batch_size], batch_size)
+    streams = streams.to(next(m.parameters()).device)
+    squares = {n: torch.zeros_like(p) for n, p in params.items()}
+    cache, count = PointerSentinelCache(), 0
+    for x, y in _segments(streams, segment_length):
+        out = _forward(m, x, y, cache)
+        m.zero_grad()
+        out.loss.backward()
+        for n, p in params.items():
+            if p.grad is not None:
+                squares[n] += p.grad.square()
+        cache, count = out.past_key_values.detach_(), count + 1
+        if progress is not None:
+            progress.update(y.numel())
+    rms = {n: (s / count).sqrt() for n, s in squares.items()}
+    return GradientStatistics(rms, objective, streams[:, 1:].numel())
+
+
+class DynamicUpdate:
+    """Krause et al.'s RMS-normalised step with a decay back to the trained weights θ0, applied in place:
+
+        θ ← θ + min(λ·decrate, 1)·(θ0 − θ) − η·∇θL / (RMS + ε)
+
+    both terms taken at the current θ; L is a segment's mean log-loss. The decay factor is clipped at 1 (Krause et
+    al. clip decrate at 1/λ) so the decay never overshoots θ0."""
+
+    def __init__(self, model, stats: GradientStatistics, lr: float, lam: float, epsilon: float = 2e-5):
+        if not (lr >= 0 and lam >= 0 and epsilon > 0 and math.isfinite(lr) and math.isfinite(lam)):
+            raise ValueError(f"Need a finite lr >= 0, lambda >= 0 and epsilon > 0; got {lr}, {lam}, {epsilon}.")
+        params = dict(model.named_parameters())
+        if {n: p.shape for n, p in params.items()} != {n: r.shape for n, r in stats.rms.items()}:
+            raise ValueError("The gradient statistics were collected for other parameters: collect them with the "
+                             "same model and objective.")  # fmt: skip
+        rates = stats.decay_rates()
+        self.params = list(params.values())
+        self.theta0 = [p.detach().clone() for p in self.params]
+        self.decay = [(lam * rates[n]).clamp(max=1) for n in params]
+        self.scale = [lr / (stats.rms[n] + epsilon) for n in params]
+        self.steps = [torch.empty_like(p) for p in self.params]  # reused: fresh tensors the size of the softmax cost
+        # more than the arithmetic on CPU
+
+    @torch.no_grad()
+    def __call__(self):
+        for p, p0, decay, scale, step in zip(self.params, self.theta0, self.decay, self.scale, self.steps, strict=True):
+            torch.sub(p0, p, out=step).mul_(decay)
+            if p.grad is not None:
+                step.addcmul_(scale, p.grad, value=-1)
+            p.add_(step)
+
+
+def dynamic_evaluate(
+    model,
+    ids: torch.Tensor,
+    stats: GradientStatistics,
+    lr: float,
+    lam: float,
+    segment_length: int = 5,
+    epsilon: float = 2e-5,
+    keep_hidden: bool = False,
+    progress=None,
+) -> StreamOutputs:
+    """Dynamic evaluation of one flat id stream (N+1,) at batch size 1, as in the paper: each segment of
+    `segment_length` targets is scored, then its loss (`stats.objective`) updates a copy of the model by
+    `DynamicUpdate`. The LSTM state and pointer window carry across segments (detached). `model` is left unchanged.
+    Returns the (1, N) outputs of the adapting model (`hidden` for the neural cache with `keep_hidden`)."""
+    if ids.dim() != 1 or ids.numel() < 2:
+        raise ValueError(f"Need one flat stream of at least 2 ids, got shape {tuple(ids.shape)}.")
+    if segment_length < 1:
+        raise ValueError(f"segment_length must be >= 1, got {segment_length}.")
+    m = adaptable_copy(model, stats.objective)
+    update = DynamicUpdate(m, stats, lr, lam, epsilon)
+    cache, parts = PointerSentinelCache(), []
+    for x, y in _segments(ids[None].to(next(m.parameters()).device), segment_length):
+        out = _forward(m, x, y, cache)
+        parts.append(_record(out, y, keep_hidden))  # scored before the update that learns from it
+        m.zero_grad(set_to_none=False)  # reuse the gradient buffers
+        out.loss.backward()
+        update()
+        cache = out.past_key_values.detach_()
+        if progress is not None:
+            progress.update(y.numel())
+    return _stream_outputs(parts)
+
+
+def dynamic_grid_search(
+    model, ids: torch.Tensor, stats: GradientStatistics, points: list[dict], epsilon: float = 2e-5, progress=None
+) -> list[dict]:
+    """Perplexity of dynamic evaluation on `ids` for every point (a dict of lr, lam, segment_length), with the
+    seconds each took; rows sorted best first. `progress` gets `update(1)` after each point."""
+    rows = []
+    for point in points:
+        start = time.perf_counter()
+        out = dynamic_evaluate(model, ids, stats, epsilon=epsilon, **point)
+        rows.append(dict(point, ppl=out.perplexity(), seconds=round(time.perf_counter() - start, 2)))
+        if progress is not None:
+            progress.update(1)
     return sorted(rows, key=lambda r: r["ppl"])
 
 

@@ -20,6 +20,8 @@ M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
 A = "tests/test_adaptive_softmax.py"
+E = "modeling_pointer_sentinel/evaluation.py"
+DYN = ["tests/test_dynamic_evaluation.py"]
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -340,6 +342,68 @@ MUTS = [
         "if after > before:",
         "if False:",
         [A],
+    ),
+    (
+        "dynamic: peeks (updates on a segment before scoring it)",
+        E,
+        "out = _forward(m, x, y, cache)\n        parts.append(",
+        "peek = _forward(m, x, y, copy.deepcopy(cache))\n        m.zero_grad(set_to_none=False)\n"
+        "        peek.loss.backward()\n        update()\n        out = _forward(m, x, y, cache)\n        parts.append(",
+        DYN,
+    ),
+    ("dynamic: step sign inverted", E, "step.addcmul_(scale, p.grad, value=-1)", "step.addcmul_(scale, p.grad)", DYN),
+    (
+        "dynamic: sqrt dropped from the statistics",
+        E,
+        "rms = {n: (s / count).sqrt() for",
+        "rms = {n: s / count for",
+        DYN,
+    ),
+    (
+        "dynamic: decay without decrate",
+        E,
+        "self.decay = [(lam * rates[n]).clamp(max=1) for n in params]",
+        "self.decay = [torch.full_like(rates[n], lam) for n in params]",
+        DYN,
+    ),
+    ("dynamic: decay not clipped", E, "(lam * rates[n]).clamp(max=1)", "(lam * rates[n])", DYN),
+    ("dynamic: decay dropped", E, "torch.sub(p0, p, out=step).mul_(decay)", "step.zero_()", DYN),
+    (
+        "dynamic: decrate over the mean of all weights",
+        E,
+        "mean = torch.stack([r.mean() for r in self.rms.values()]).mean()",
+        "mean = torch.cat([r.flatten() for r in self.rms.values()]).mean()",
+        DYN,
+    ),
+    ("dynamic: adapts the caller's model", E, "m = copy.deepcopy(model).eval()", "m = model.eval()", DYN),
+    (
+        "dynamic: state not carried across segments",
+        E,
+        "update()\n        cache = out.past_key_values.detach_()",
+        "update()\n        cache = PointerSentinelCache()",
+        DYN,
+    ),
+    (
+        "dynamic: statistics without the carried state",
+        E,
+        "cache, count = out.past_key_values.detach_(), count + 1",
+        "cache, count = PointerSentinelCache(), count + 1",
+        DYN,
+    ),
+    (
+        "dynamic: pointer-off adapts the mixture",
+        E,
+        'if objective == "vocab":\n        m.pointer = None',
+        "if False:\n        pass",
+        DYN,
+    ),
+    ("dynamic: auxiliary pointer loss in the objective", E, "m.config.pointer_loss_weight = 0.0", "pass", DYN),
+    (
+        "dynamic: evaluate.py ignores the grid's choice",
+        "examples/evaluate.py",
+        'lr, lam, segment = best["lr"], best["lam"], best["segment_length"]',
+        "pass",
+        DYN,
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -1,0 +1,323 @@
+"""Dynamic evaluation (Krause et al., 2018): the update rule by hand, the gradient statistics, honest scoring order,
+the caller's model untouched, and agreement with a per-segment reference loop for each model kind."""
+
+import copy
+import json
+import math
+import types
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from modeling_pointer_sentinel import PointerSentinelCache
+from modeling_pointer_sentinel.evaluation import (
+    DynamicUpdate,
+    GradientStatistics,
+    NeuralCache,
+    collect_outputs,
+    dynamic_evaluate,
+    dynamic_grid_search,
+    gradient_statistics,
+)
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+# (model overrides, objective, the static field it scores): the pointer model, the pointer-off ablation, the plain LM
+# The auxiliary pointer loss is on: an objective that kept it would show.
+AUX = {"pointer_loss_weight": 0.5}
+KINDS = [
+    (AUX, "mixture", "log_probs"),
+    (AUX, "vocab", "vocab_log_probs"),
+    ({"use_pointer": False}, "mixture", "log_probs"),
+]
+KIND_IDS = ["pointer", "pointer-off", "plain"]
+
+
+def counter():
+    progress = types.SimpleNamespace(n=0)
+    progress.update = lambda k: setattr(progress, "n", progress.n + k)
+    return progress
+
+
+def train_ids(n=400, seed=1):
+    return torch.randint(0, 23, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def log_p(model, x, cache, y, objective):
+    """Independent of the package's loss path: log-softmax of the full logits (the mixture's are log-probabilities
+    already) or of the vocabulary logits, at the targets."""
+    out = model(x, past_key_values=cache, use_cache=True)
+    logits = out.logits if objective == "mixture" else out.vocab_logits
+    return torch.log_softmax(logits, -1).gather(-1, y[..., None])[..., 0]
+
+
+def reference_dynamic(model, ids, stats, lr, lam, segment, eps):
+    """Krause et al.'s loop written out: score a segment, then θ += min(λ·rms/mean, 1)(θ0 - θ) - η g / (rms + ε)."""
+    m = copy.deepcopy(model).eval()
+    params = dict(m.named_parameters())
+    theta0 = {n: params[n].detach().clone() for n in stats.rms}
+    mean = sum(r.mean() for r in stats.rms.values()) / len(stats.rms)
+    cache, scores = PointerSentinelCache(), []
+    for p in range(0, ids.numel() - 1, segment):
+        x, y = ids[None, p : p + segment], ids[None, p + 1 : p + segment + 1]
+        x = x[:, : y.shape[1]]
+        lp = log_p(m, x, cache, y, stats.objective)
+        scores.append(lp.detach())
+        m.zero_grad()
+        (-lp.mean()).backward()
+        with torch.no_grad():
+            for n, rms in stats.rms.items():
+                w, g = params[n], params[n].grad
+                decay = torch.clamp(lam * rms / mean, max=1)
+                w += decay * (theta0[n] - w) - lr * (0 if g is None else g) / (rms + eps)
+        cache.detach_()
+    return torch.cat(scores, 1)
+
+
+# --- the update rule ----------------------------------------------------------------------------------------------
+
+
+class TwoParameters(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([1.0, -2.0]))  # θ0
+        self.b = torch.nn.Parameter(torch.tensor([0.5]))
+
+
+@pytest.mark.parametrize(
+    "lam,want_w,want_b",
+    [
+        # decrate = rms / mean of the tensors' mean rms = [0.1, 0.3] / 0.4 = [0.25, 0.75] and [0.6] / 0.4 = [1.5]
+        # w: 2 + 0.25 (1 - 2) - 0.01 * 0.4 / 0.2 = 1.73; -1 + 0.75 (-2 + 1) + 0.01 * 0.2 / 0.4 = -1.745
+        # b: decay min(1.5, 1) = 1: 1.5 + (0.5 - 1.5) - 0.01 * 0.7 / 0.7 = 0.49
+        (1.0, [1.73, -1.745], [0.49]),
+        # lambda 0.5: decay [0.125, 0.375] and 0.75 (not clipped)
+        (0.5, [2 - 0.125 - 0.02, -1 - 0.375 + 0.005], [1.5 - 0.75 - 0.01]),
+    ],
+)
+def test_update_rule_matches_a_hand_computed_step(lam, want_w, want_b):
+    m = TwoParameters()
+    stats = GradientStatistics({"w": torch.tensor([0.1, 0.3]), "b": torch.tensor([0.6])}, "mixture", 0)
+    update = DynamicUpdate(m, stats, lr=0.01, lam=lam, epsilon=0.1)
+    with torch.no_grad():  # the weights have moved away from θ0
+        m.w.copy_(torch.tensor([2.0, -1.0]))
+        m.b.copy_(torch.tensor([1.5]))
+    m.w.grad, m.b.grad = torch.tensor([0.4, -0.2]), torch.tensor([0.7])
+    update()
+    torch.testing.assert_close(m.w.detach(), torch.tensor(want_w))
+    torch.testing.assert_close(m.b.detach(), torch.tensor(want_b))
+
+
+def test_decay_pulls_the_weights_back_to_the_trained_ones():
+    model = tiny_model().eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5)
+    m = copy.deepcopy(model)
+    update = DynamicUpdate(m, stats, lr=1e-2, lam=0.05)
+    ids = train_ids(30, seed=2)
+    m(ids[None, :-1], shift_labels=ids[None, 1:]).loss.backward()
+    update()  # a gradient step away from θ0
+    theta0 = dict(model.named_parameters())
+    moved = {n: (p - theta0[n]).detach().clone() for n, p in m.named_parameters()}
+    assert max(d.abs().max().item() for d in moved.values()) > 1e-3
+    m.zero_grad(set_to_none=True)  # then steps with no gradient: the decay alone, geometric towards θ0
+    for _ in range(40):
+        update()
+    rates = stats.decay_rates()
+    for n, p in m.named_parameters():
+        want = (1 - (0.05 * rates[n]).clamp(max=1)) ** 40 * moved[n]
+        torch.testing.assert_close((p - theta0[n]).detach(), want, atol=1e-6, rtol=1e-4)
+
+
+def test_gradient_statistics_are_the_rms_of_segment_gradients():
+    model = tiny_model().eval()
+    ids = train_ids(58)
+    progress = counter()
+    stats = gradient_statistics(model, ids, tokens=52, batch_size=2, segment_length=4, progress=progress)
+    streams = ids[:54].view(2, 27)  # 52 targets as 2 streams of 26, in segments of 4 (the last of 2)
+    assert stats.tokens == progress.n == 52
+    m = copy.deepcopy(model)
+    squares, cache, segments = {n: 0 for n, _ in m.named_parameters()}, PointerSentinelCache(), 0
+    for p in range(0, 26, 4):
+        y = streams[:, p + 1 : p + 5]
+        m.zero_grad()
+        (-log_p(m, streams[:, p : p + y.shape[1]], cache, y, "mixture").mean()).backward()
+        cache.detach_()
+        segments += 1
+        for n, w in m.named_parameters():
+            squares[n] = squares[n] + w.grad**2
+    assert segments == 7 and set(stats.rms) == set(squares)
+    for n, s in squares.items():
+        torch.testing.assert_close(stats.rms[n], (s / segments).sqrt(), rtol=1e-4, atol=1e-7)
+    mean = torch.stack([r.mean() for r in stats.rms.values()]).mean()
+    assert all(torch.equal(r, stats.rms[n] / mean) for n, r in stats.decay_rates().items())
+    vocab = gradient_statistics(model, ids, tokens=52, batch_size=2, segment_length=4, objective="vocab")
+    assert set(vocab.rms) == {n for n in stats.rms if not n.startswith("pointer.")}  # the pointer is switched off
+
+
+# --- dynamic evaluation -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides,objective,field", KINDS, ids=KIND_IDS)
+def test_zero_learning_rate_and_decay_is_static_evaluation(overrides, objective, field):
+    model = tiny_model(**overrides).eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5, objective=objective)
+    ids = train_ids(47, seed=3)
+    progress = counter()
+    out = dynamic_evaluate(model, ids, stats, lr=0.0, lam=0.0, segment_length=7, keep_hidden=True, progress=progress)
+    static = collect_outputs(model, ids[None], bptt=7, keep_hidden=True)  # batch 1, the same segments
+    assert progress.n == 46 and torch.equal(out.targets, static.targets)
+    # equal to float rounding: autograd's forward may round a rare value differently from no_grad's
+    torch.testing.assert_close(out.log_probs, getattr(static, field))
+    torch.testing.assert_close(out.hidden, static.hidden)
+    if objective == "mixture":
+        torch.testing.assert_close(out.gate, static.gate)
+
+
+@pytest.mark.parametrize("overrides,objective,field", KINDS, ids=KIND_IDS)
+def test_dynamic_evaluation_equals_the_reference_loop(overrides, objective, field):
+    model = tiny_model(**overrides).eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5, objective=objective)
+    ids = torch.tensor([3, 7, 11, 5, 3, 7] * 7)  # a repeating stream: adapting to it helps
+    out = dynamic_evaluate(model, ids, stats, lr=3e-3, lam=0.3, segment_length=6, epsilon=1e-3)
+    want = reference_dynamic(model, ids, stats, 3e-3, 0.3, 6, 1e-3)
+    torch.testing.assert_close(out.log_probs, want, atol=2e-5, rtol=1e-5)
+    static = getattr(collect_outputs(model, ids[None], bptt=6), field)
+    assert (out.log_probs - static)[:, 6:].abs().max() > 1e-2  # the updates matter: the comparison has teeth
+    assert out.perplexity() < math.exp(-static.double().mean().item())  # and on this stream they help
+
+
+def test_scoring_is_honest_each_segment_is_scored_before_it_is_learnt():
+    """A target's score may depend only on the tokens up to it. Updating on a segment before scoring it would make
+    the scores of a segment's early targets depend on its later ones (peeking, which lowers the loss)."""
+    model = tiny_model().eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5)
+    ids = train_ids(41, seed=5)
+    changed = ids.clone()
+    changed[16] = (ids[16] + 1) % 23  # the target of position 15, inside the segment of targets 10..19
+    a, b = (dynamic_evaluate(model, s, stats, lr=0.05, lam=0.01, segment_length=10).log_probs for s in (ids, changed))
+    torch.testing.assert_close(a[:, :15], b[:, :15], rtol=0, atol=0)
+    assert (a[:, 20:] - b[:, 20:]).abs().max() > 1e-3  # later segments learnt from it
+
+
+@pytest.mark.parametrize("overrides,objective,field", KINDS, ids=KIND_IDS)
+def test_the_callers_model_is_unchanged(overrides, objective, field):
+    model = tiny_model(**overrides).eval()
+    before = {n: t.clone() for n, t in model.state_dict().items()}
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5, objective=objective)
+    dynamic_evaluate(model, train_ids(30, seed=6), stats, lr=0.1, lam=0.01, segment_length=4)
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[n], after[n]) for n in before)
+    assert all(p.grad is None for p in model.parameters()) and not model.training
+    assert model.pointer is not None or not model.config.use_pointer
+    assert model.config.pointer_loss_weight == tiny_model(**overrides).config.pointer_loss_weight
+
+
+def test_unk_and_one_token_segments_give_finite_results():
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a"])
+    model = tiny_model(vocab_size=len(tok)).eval()
+    ids = torch.tensor(tok("a zzz b a zzz b qq c")["input_ids"])  # zzz, qq: <unk>
+    assert (ids == tok.convert_tokens_to_ids("<unk>")).sum() == 3
+    stats = gradient_statistics(model, torch.tensor(tok("a b c d e f a b c")["input_ids"]), batch_size=1)
+    for segment in (1, 3, 100):  # one-token segments, a short last segment, one segment longer than the stream
+        out = dynamic_evaluate(model, ids, stats, lr=1e-2, lam=0.02, segment_length=segment)
+        assert out.log_probs.shape == (1, ids.numel() - 1) and torch.isfinite(out.log_probs).all()
+    two = dynamic_evaluate(model, ids[:2], stats, lr=1e-2, lam=0.02, segment_length=5)  # a single target
+    assert two.log_probs.shape == (1, 1) and math.isfinite(two.perplexity())
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(lr=-1e-3), "lr >= 0"),
+        (dict(lr=float("nan")), "lr >= 0"),
+        (dict(lam=-0.1), "lambda >= 0"),
+        (dict(epsilon=0.0), "epsilon > 0"),
+        (dict(segment_length=0), "segment_length must be >= 1"),
+        (dict(ids=torch.zeros(2, 5, dtype=torch.long)), "one flat stream"),
+        (dict(ids=torch.zeros(1, dtype=torch.long)), "at least 2 ids"),
+        (dict(vocab_stats=True), "collected for other parameters"),
+    ],
+)
+def test_bad_input_raises_one_clear_error(kwargs, message):
+    model = tiny_model().eval()
+    objective = "vocab" if kwargs.pop("vocab_stats", False) else "mixture"
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5, objective=objective)
+    call = dict(ids=train_ids(20), lr=1e-3, lam=0.01)
+    call.update(kwargs)
+    if objective == "vocab":  # statistics of the pointer-off copy, offered to the pointer model's
+        stats = GradientStatistics(stats.rms, "mixture", stats.tokens)
+    with pytest.raises(ValueError, match=message):
+        dynamic_evaluate(model, stats=stats, **call)
+    with pytest.raises(ValueError, match="objective must be one of"):
+        gradient_statistics(model, train_ids(), objective="pointer")
+    with pytest.raises(ValueError, match="segment_length >= 1"):
+        gradient_statistics(model, train_ids(), segment_length=0)
+
+
+@pytest.mark.parametrize("overrides,objective,field", KINDS, ids=KIND_IDS)
+def test_combines_with_the_neural_cache(overrides, objective, field):
+    model = tiny_model(**overrides).eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5, objective=objective)
+    ids = train_ids(60, seed=7)
+    static = collect_outputs(model, ids[None], bptt=5, keep_hidden=True)
+    still = dynamic_evaluate(model, ids, stats, lr=0.0, lam=0.0, segment_length=5, keep_hidden=True)
+    moving = dynamic_evaluate(model, ids, stats, lr=1e-2, lam=0.02, segment_length=5, keep_hidden=True)
+    cached = [NeuralCache(20, 0.5, 0.3)(o.hidden, o.targets, lp) for o, lp in
+              ((static, getattr(static, field)), (still, still.log_probs), (moving, moving.log_probs))]  # fmt: skip
+    torch.testing.assert_close(cached[1], cached[0])  # lr 0: the cache on the static model's states
+    assert torch.isfinite(cached[2]).all() and (cached[2] - cached[0]).abs().max() > 1e-3  # the adapted states
+
+
+def test_grid_search_rows_and_progress():
+    model = tiny_model().eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5)
+    ids = train_ids(30, seed=8)
+    points = [dict(lr=lr, lam=0.01, segment_length=s) for lr in (0.0, 1e-2) for s in (3, 5)]
+    progress = counter()
+    rows = dynamic_grid_search(model, ids, stats, points, progress=progress)
+    assert progress.n == 4 and [r["ppl"] for r in rows] == sorted(r["ppl"] for r in rows)
+    for r in rows:
+        want = dynamic_evaluate(model, ids, stats, r["lr"], r["lam"], r["segment_length"]).perplexity()
+        assert r["ppl"] == pytest.approx(want, rel=1e-9) and r["seconds"] >= 0
+
+
+# --- examples/evaluate.py --dynamic -------------------------------------------------------------------------------
+
+
+def test_evaluate_script_dynamic(tmp_path, capsys):
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from evaluate import main
+
+    lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * 10
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    tok = build_word_level_tokenizer(lines)
+    tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    files = ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt"),
+             "--test_file", str(tmp_path / "test.txt")]  # fmt: skip
+    res = main([str(tmp_path / "m"), *files, "--batch_size", "1", "--bptt", "5", "--cache", "--dynamic",
+                "--dynamic_grid", "--dynamic_grid_lrs", "0", "1e-3", "--dynamic_grid_lambdas", "0", "0.01",
+                "--dynamic_grid_segments", "5", "--dynamic_stats_batch_size", "2", "--dynamic_pointer_off",
+                "--output_json", str(tmp_path / "r.json")])  # fmt: skip
+    dyn, best = res["dynamic"], res["dynamic_grid_best_on_validation"]
+    assert (dyn["lr"], dyn["lam"], dyn["segment_length"]) == (best["lr"], best["lam"], best["segment_length"])
+    assert len(res["dynamic_grid"]) == 4 and best["ppl"] == min(r["ppl"] for r in res["dynamic_grid"])
+    # valid and test are identical here, and the batch-1 static evaluation uses the same 5-token segments
+    assert res["ppl_dynamic"] == pytest.approx(best["ppl"], rel=1e-9)
+    static = next(r["ppl"] for r in res["dynamic_grid"] if r["lr"] == 0 and r["lam"] == 0)
+    assert static == pytest.approx(res["ppl"], rel=1e-5)
+    assert dyn["stats_tokens"] > 0 and dyn["objective"] == "mixture" and dyn["seconds"] >= 0
+    assert res["dynamic_pointer_off"]["objective"] == "vocab" and math.isfinite(res["ppl_dynamic_pointer_off"])
+    assert math.isfinite(res["ppl_dynamic_with_cache"])
+    assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res))
+    out, err = capsys.readouterr()
+    assert f"{res['ppl_dynamic']:.2f}" in out and "dynamic evaluation" in out
+    assert "dynamic grid (validation)" in err and "4/4" in err and "gradient statistics" in err
+    with pytest.raises(SystemExit) as stop:  # the statistics need the training split
+        main([str(tmp_path / "m"), "--test_file", str(tmp_path / "test.txt"), "--dynamic"])
+    assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err
