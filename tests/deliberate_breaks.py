@@ -18,6 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
+TOK = "modeling_pointer_sentinel/tokenization.py"
+TR = "modeling_pointer_sentinel/training.py"
+EXPORT = "examples/export_pretrained.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -111,6 +114,56 @@ MUTS = [
     ),
     ("split_state_at unchecked", M, "if split_state_at is not None and not 0 < split_state_at <= T:", "if False:"),
     ("mask width unchecked", M, "mask.shape[1] not in (T, seen + T)", "mask.shape[1] < T"),
+    # the tokenizer's line rule, the data code, and the pretrained/ export (tokenizer tests, tests/test_pretrained.py)
+    (
+        "tokenizer line rule removed",
+        TOK,
+        "    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()\n    _install_line_rule(tk)",
+        "    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer eos decodes as a word",
+        TOK,
+        'decoders.Replace(Regex(f"^ {EOS}$"), "\\n"),',
+        "",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer encode_lines appends a second eos",
+        TR,
+        "add_special_tokens=False)\n        ids = [i for enc in encodings for i in enc.ids]",
+        "add_special_tokens=False)\n        ids = [i for enc in encodings for i in (*enc.ids, eos)]",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer pre-rule tokenizers lose their eos",
+        TR,
+        "    if ends_lines_with_eos(tokenizer):",
+        "    if True:",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "pretrained remote code not copied",
+        "modeling_pointer_sentinel/__init__.py",
+        'PointerSentinelForCausalLM.register_for_auto_class("AutoModelForCausalLM")',
+        "pass",
+        ["tests/test_pretrained.py"],
+    ),
+    (
+        "pretrained card figure off",
+        EXPORT,
+        'metric_value=round(record[split]["ppl"], 2)',
+        'metric_value=round(record[split]["ppl"] * 1.01, 2)',
+        ["tests/test_pretrained.py"],
+    ),
+    (
+        "pretrained fixed slice measured on 10 streams",
+        EXPORT,
+        'fixed = measure(shipped, ids["test"], 1, bptt, FIXED_SLICE_TOKENS)',
+        'fixed = measure(shipped, ids["test"], 10, bptt, FIXED_SLICE_TOKENS)',
+        ["tests/test_pretrained.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

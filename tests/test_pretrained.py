@@ -177,7 +177,8 @@ def test_export_a_trained_run_end_to_end(tmp_path):
                 str(tmp_path / "test.txt"), "--output_json", str(tmp_path / "eval.json")]  # fmt: skip
     done = subprocess.run(evaluate, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads((tmp_path / "eval.json").read_text())["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-9)
+    # evaluate.py computes in float32; the export measured in the shipped dtype (a tiny model may ship as bfloat16)
+    assert json.loads((tmp_path / "eval.json").read_text())["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-4)
 
     done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 2 and "--overwrite" in done.stderr  # an existing folder is not replaced silently
