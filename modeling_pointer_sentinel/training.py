@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .modeling_pointer_sentinel import PointerSentinelCache
+from .tokenization import ends_lines_with_eos
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
 SPLITS = ("train", "validation", "test")
@@ -53,14 +54,23 @@ def load_text_splits(
 
 
 def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
-    """One flat id stream with `<eos>` after every line (the standard word-LM convention)."""
+    """One flat id stream with `<eos>` after every line (the standard word-LM convention).
+
+    A tokenizer with the line-break rule (`tokenization.ends_lines_with_eos`) encodes each line with its line break,
+    so these ids are the ones `tokenizer(text)` gives for the file's text; for one without it (a word-level tokenizer
+    saved before the rule, a subword tokenizer) eos is appended after each line's ids."""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("The tokenizer has no eos_token; the line-end token is needed.")
-    encodings = tokenizer.backend_tokenizer.encode_batch(lines, add_special_tokens=False)
-    ids = [i for enc in encodings for i in (*enc.ids, eos)]
-    if not ids:
+    if not lines:
         raise ValueError("The corpus is empty.")
+    backend = tokenizer.backend_tokenizer
+    if ends_lines_with_eos(tokenizer):
+        encodings = backend.encode_batch_fast([line + "\n" for line in lines], add_special_tokens=False)
+        ids = [i for enc in encodings for i in enc.ids]
+    else:
+        encodings = backend.encode_batch_fast(lines, add_special_tokens=False)
+        ids = [i for enc in encodings for i in (*enc.ids, eos)]
     return torch.tensor(ids, dtype=torch.long)
 
 

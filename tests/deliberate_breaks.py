@@ -22,6 +22,9 @@ T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests
 A = "tests/test_adaptive_softmax.py"
 E = "modeling_pointer_sentinel/evaluation.py"
 DYN = ["tests/test_dynamic_evaluation.py"]
+TOK = "modeling_pointer_sentinel/tokenization.py"
+TR = "modeling_pointer_sentinel/training.py"
+EXPORT = "examples/export_pretrained.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -404,6 +407,56 @@ MUTS = [
         'lr, lam, segment = best["lr"], best["lam"], best["segment_length"]',
         "pass",
         DYN,
+    ),
+    # the tokenizer's line rule, the data code, and the pretrained/ export (tokenizer tests, tests/test_pretrained.py)
+    (
+        "tokenizer line rule removed",
+        TOK,
+        "    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()\n    _install_line_rule(tk)",
+        "    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer eos decodes as a word",
+        TOK,
+        'decoders.Replace(Regex(f"^ {EOS}$"), "\\n"),',
+        "",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer encode_lines appends a second eos",
+        TR,
+        "add_special_tokens=False)\n        ids = [i for enc in encodings for i in enc.ids]",
+        "add_special_tokens=False)\n        ids = [i for enc in encodings for i in (*enc.ids, eos)]",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "tokenizer pre-rule tokenizers lose their eos",
+        TR,
+        "    if ends_lines_with_eos(tokenizer):",
+        "    if True:",
+        ["tests/test_hf_integration.py"],
+    ),
+    (
+        "pretrained remote code not copied",
+        "modeling_pointer_sentinel/__init__.py",
+        'PointerSentinelForCausalLM.register_for_auto_class("AutoModelForCausalLM")',
+        "pass",
+        ["tests/test_pretrained.py"],
+    ),
+    (
+        "pretrained card figure off",
+        EXPORT,
+        'metric_value=round(record[split]["ppl"], 2)',
+        'metric_value=round(record[split]["ppl"] * 1.01, 2)',
+        ["tests/test_pretrained.py"],
+    ),
+    (
+        "pretrained fixed slice measured on 10 streams",
+        EXPORT,
+        'fixed = measure(shipped, ids["test"], 1, bptt, FIXED_SLICE_TOKENS)',
+        'fixed = measure(shipped, ids["test"], 10, bptt, FIXED_SLICE_TOKENS)',
+        ["tests/test_pretrained.py"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

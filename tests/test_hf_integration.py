@@ -99,3 +99,83 @@ def test_tokenizer_round_trip_and_spacing(tmp_path):
     assert again.eos_token == again.pad_token == "<eos>" and again.padding_side == "left"
     # decoding in pieces concatenates to the whole (what the text-generation pipeline relies on)
     assert again.decode(ids[:1]) + again.decode(ids[1:]) == again.decode(ids)
+
+
+def old_tokenizer(lines):
+    """A word-level tokenizer as saved before the line-break rule (no normalizer, `<eos>` decoded as a word): such
+    folders exist in users' hands and must keep working."""
+    from tokenizers import Regex, decoders
+
+    tok = build_word_level_tokenizer(lines)
+    tok.backend_tokenizer.normalizer = None
+    tok.backend_tokenizer.decoder = decoders.Sequence([decoders.Replace(Regex("^"), " "), decoders.Fuse()])
+    return tok
+
+
+def data_code_ids(tok, path):
+    """The ids of a file as the training and evaluation scripts read it (datasets' line cutting, encode_lines)."""
+    from modeling_pointer_sentinel.training import encode_lines, load_text_splits
+
+    return encode_lines(tok, load_text_splits(test_file=str(path))["test"]).tolist()
+
+
+def test_line_breaks_are_eos_in_the_tokenizer_as_in_the_data_code(tmp_path):
+    from modeling_pointer_sentinel.training import encode_lines
+
+    tok = build_word_level_tokenizer(["the cat sat on the mat", "the dog ran"])
+    tok.save_pretrained(tmp_path / "tok")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    eos, cat = tok.eos_token_id, tok.convert_tokens_to_ids("cat")
+    assert tok("the cat\nsat")["input_ids"] == tok("the cat")["input_ids"] + [eos] + tok("sat")["input_ids"]
+    # every line end the data loader cuts at (universal newlines), empty lines, a last line without a break
+    text = "the cat sat\r\n\n on the  mat \rthe dog ran\nzebra\n\nthe cat"
+    (tmp_path / "t.txt").write_bytes(text.encode())
+    assert tok(text + "\n")["input_ids"] == data_code_ids(tok, tmp_path / "t.txt")
+    assert tok(text)["input_ids"].count(eos) == 6 and tok(text)["input_ids"][-1] == cat
+    assert encode_lines(tok, ["the cat", "", "sat"]).tolist() == tok("the cat\n\nsat\n")["input_ids"]
+    # <eos> decodes to a line break, so decoded text keeps its lines and encodes back to the same ids
+    ids = tok("the cat\nthe dog\n")["input_ids"]
+    assert tok.decode(ids) == " the cat\n the dog\n"
+    assert tok(tok.decode(ids))["input_ids"] == ids
+    assert tok.decode(ids, skip_special_tokens=True) == " the cat the dog"  # <eos> is special (eos, pad, bos)
+    assert "".join(tok.decode([i]) for i in ids) == tok.decode(ids)
+
+
+def test_tokenizer_saved_before_the_line_rule_still_gives_one_eos_per_line(tmp_path):
+    from modeling_pointer_sentinel.tokenization import add_line_rule, ends_lines_with_eos
+    from modeling_pointer_sentinel.training import encode_lines
+
+    lines = ["the cat sat", "", "the dog ran on the mat"]
+    old_tokenizer(lines).save_pretrained(tmp_path / "old")
+    old = AutoTokenizer.from_pretrained(tmp_path / "old")
+    new = build_word_level_tokenizer(lines)
+    assert old.get_vocab() == new.get_vocab() and not ends_lines_with_eos(old) and ends_lines_with_eos(new)
+    want = new("\n".join(lines) + "\n")["input_ids"]
+    assert encode_lines(old, lines).tolist() == encode_lines(new, lines).tolist() == want
+    assert want.count(old.eos_token_id) == 3
+    add_line_rule(old).save_pretrained(tmp_path / "upgraded")  # what examples/export_pretrained.py does
+    upgraded = AutoTokenizer.from_pretrained(tmp_path / "upgraded")
+    assert upgraded("\n".join(lines) + "\n")["input_ids"] == want and upgraded.decode(want) == new.decode(want)
+
+
+def _same_ids_as_data_code(train, test):
+    tok = build_word_level_tokenizer(open(train))
+    whole = tok(open(test, newline="").read())["input_ids"]  # the file's text as a client would pass it
+    assert whole == data_code_ids(tok, test)
+    assert whole.count(tok.eos_token_id) == len(open(test).read().splitlines())
+
+
+def test_tokenizer_and_data_code_agree_on_bundled_wikitext2_test():
+    import lzma
+
+    from modeling_pointer_sentinel.training import BUNDLED
+
+    tok = build_word_level_tokenizer(lzma.open(BUNDLED / "wiki.train.tokens.xz", "rt"))
+    test = BUNDLED / "wiki.test.tokens.xz"
+    whole = tok(lzma.open(test, "rt", newline="").read())["input_ids"]
+    assert whole == data_code_ids(tok, test)
+    assert whole.count(tok.eos_token_id) == len(lzma.open(test, "rt").read().splitlines())
+
+
+def test_tokenizer_and_data_code_agree_on_ptb_test(shared_data):
+    _same_ids_as_data_code(shared_data / "ptb" / "ptb.train.txt", shared_data / "ptb" / "ptb.test.txt")

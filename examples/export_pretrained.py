@@ -1,0 +1,332 @@
+"""Make a shippable model folder (laid out as a Hugging Face Hub model repository) from a trained run.
+
+    python examples/export_pretrained.py RUN_DIR pretrained/ptb-pointer-sentinel-lstm-2x200 --dataset ptb \
+        --validation_file ptb.valid.txt --test_file ptb.test.txt --recipe results/converged/results.json
+    python examples/export_pretrained.py RUN_DIR pretrained/wt2-pointer-sentinel-lstm-2x200 --dataset wt2   # bundled
+
+RUN_DIR is a folder written by examples/train.py (model, tokenizer, results.json). The script
+- re-saves the tokenizer in the current form (line breaks read as <eos>), checking that the ids of every split are
+  the ones the run was evaluated on;
+- saves the model as float32 safetensors with its code (config.json's auto_map, so `trust_remote_code=True` loads it
+  where this package is not installed), unless a smaller dtype changes test perplexity by less than 0.1%;
+- measures test and validation perplexity on the full splits exactly as examples/evaluate.py does (its defaults:
+  batch 10, bptt 200, state carried), a fixed slice (the first 2,000 test targets, batch 1), and the test perplexity
+  with bfloat16 and float16 weights, on the saved folder;
+- writes eval_results.json (the figures and the commands that reproduce them) and README.md, the model card, from
+  those measured figures.
+Invalid input stops the script with one `error:` line on stderr and exit status 2.
+"""
+
+import argparse
+import datetime
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
+from cli import ArgumentParser, check_local_path, fail, load_saved_model  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import streams_for  # noqa: E402
+
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.tokenization import add_line_rule  # noqa: E402
+from modeling_pointer_sentinel.training import encode_lines, load_text_splits, unk_rate, unk_token_id  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXED_SLICE_TOKENS = 2000
+MAX_DTYPE_CHANGE = 0.001  # a smaller dtype ships only if test perplexity moves by less than this fraction
+DATASETS = {
+    "ptb": dict(name="Penn Treebank (Mikolov et al.'s preprocessing)", hub="ptb_text_only",
+                files=("ptb.valid.txt", "ptb.test.txt"), bundled=False),
+    "wt2": dict(name="WikiText-2", hub="wikitext", config="wikitext-2-v1",
+                files=("wiki.valid.tokens", "wiki.test.tokens"), bundled=True),
+}  # fmt: skip
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("run_dir", help="a folder written by examples/train.py (model, tokenizer, results.json)")
+    a("out_dir", help="the folder to write, e.g. pretrained/ptb-pointer-sentinel-lstm-2x200")
+    a("--dataset", choices=sorted(DATASETS), required=True, help="the data the run was trained on")
+    a("--validation_file", help="ptb: your copy of ptb.valid.txt (wt2: the bundled split when not given)")
+    a("--test_file", help="ptb: your copy of ptb.test.txt (wt2: the bundled split when not given)")
+    a("--recipe", help="JSON with the training recipe: results/converged/results.json, or the --config file of the run")
+    a("--train_command", help="the command that trained the run (default: the recipe's 'command')")
+    a("--license", default="bsd-3-clause")
+    a("--overwrite", action="store_true", help="replace an existing out_dir")
+    args = p.parse_args(argv)
+    if not (Path(args.run_dir) / "config.json").is_file():
+        p.error(f"{args.run_dir}: not a model folder written by examples/train.py (no config.json)")
+    if Path(args.out_dir).exists() and any(Path(args.out_dir).iterdir()) and not args.overwrite:
+        p.error(f"{args.out_dir} exists and is not empty (pass --overwrite to replace it)")
+    if not DATASETS[args.dataset]["bundled"] and not (args.validation_file and args.test_file):
+        p.error(f"--dataset {args.dataset} is not bundled: give --validation_file and --test_file")
+    for flag in ("validation_file", "test_file", "recipe"):
+        check_local_path(p, f"--{flag}", getattr(args, flag))
+    return args
+
+
+def display_path(path) -> str:
+    """A path as the card and the recorded commands show it: relative to the checkout when inside it, else its name
+    (the user's own data folders are not named)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+
+
+def git_revision() -> str | None:
+    done = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: int | None = None) -> dict:
+    """Perplexity as examples/evaluate.py measures it (same streams, same collect_outputs)."""
+    out = collect_outputs(model, streams_for(ids, batch_size, max_tokens), bptt)
+    return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
+
+
+def load_recipe(path: str | None) -> dict:
+    if not path:
+        return {}
+    recipe = json.loads(Path(path).read_text())
+    if "training" in recipe:  # results/converged/results.json
+        return {k: recipe[k] for k in ("model", "training", "command", "revision") if k in recipe}
+    return {"model": recipe.get("model", {}), "training": {k: v for k, v in recipe.items() if k != "model"}}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run_dir, out_dir = Path(args.run_dir), Path(args.out_dir)
+    info = DATASETS[args.dataset]
+    tok, model = load_saved_model(str(run_dir))
+    if model.config.vocab_size != len(tok):
+        fail(f"{run_dir}: the tokenizer has {len(tok)} words but the model {model.config.vocab_size}")
+    try:
+        splits = load_text_splits(validation_file=args.validation_file, test_file=args.test_file)
+    except (OSError, ValueError) as e:
+        fail(e)
+    if not (args.validation_file and args.test_file):  # wt2 without files: the bundled splits
+        splits = {s: v for s, v in splits.items() if s != "train"}
+    ids = {s: encode_lines(tok, lines) for s, lines in splits.items()}  # as the run read them
+
+    # ---- save: tokenizer in the current form (ids unchanged), model with its code ----
+    out_dir.mkdir(parents=True, exist_ok=True)
+    add_line_rule(tok).save_pretrained(out_dir)
+    tok = AutoTokenizer.from_pretrained(out_dir)
+    for split, lines in splits.items():
+        if not torch.equal(encode_lines(tok, lines), ids[split]):
+            fail(f"the re-saved tokenizer gives other ids on the {split} split than {run_dir}'s")
+    defaults = evaluate_args([str(run_dir)])  # examples/evaluate.py's batch size and bptt
+    batch, bptt = defaults.batch_size, defaults.bptt
+    model = model.float().eval()
+    fp32_test = measure(model, ids["test"], batch, bptt)["ppl"]
+    dtype_check = {}
+    for dtype in (torch.bfloat16, torch.float16):
+        ppl = measure(AutoModelForCausalLM.from_pretrained(run_dir, dtype=dtype).eval(), ids["test"], batch, bptt)
+        dtype_check[str(dtype).removeprefix("torch.")] = {"test_ppl": ppl["ppl"],
+                                                          "relative_change": ppl["ppl"] / fp32_test - 1}  # fmt: skip
+    small = [d for d, r in dtype_check.items() if math.isfinite(r["relative_change"])
+             and abs(r["relative_change"]) < MAX_DTYPE_CHANGE]  # fmt: skip
+    dtype = small[0] if small else "float32"
+    model.to(getattr(torch, dtype)).save_pretrained(out_dir, safe_serialization=True)
+    if not (out_dir / "modeling_pointer_sentinel.py").is_file() or "auto_map" not in json.loads(
+        (out_dir / "config.json").read_text()
+    ):
+        fail("save_pretrained wrote no remote code (auto_map): was the model loaded through this package?")
+
+    # ---- measure the saved folder ----
+    shipped = AutoModelForCausalLM.from_pretrained(out_dir, dtype=getattr(torch, dtype)).eval()
+    results = {s: measure(shipped, ids[s], batch, bptt) for s in ("validation", "test")}
+    fixed = measure(shipped, ids["test"], 1, bptt, FIXED_SLICE_TOKENS)
+    name = out_dir.name
+    folder = display_path(out_dir)
+    test_file = display_path(args.test_file) if args.test_file else "wiki.test.tokens.xz"
+    valid_file = display_path(args.validation_file) if args.validation_file else "wiki.valid.tokens.xz"
+    data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
+    recipe = load_recipe(args.recipe)
+    train_results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    record = {
+        "model": name,
+        "dataset": args.dataset,
+        "dataset_name": info["name"],
+        "test_file": Path(test_file).name,
+        "dtype": dtype,
+        "validation": results["validation"],
+        "test": results["test"],
+        "fixed_slice": {
+            **fixed,
+            "split": "test",
+            "first_targets": FIXED_SLICE_TOKENS,
+            "command": f"python examples/evaluate.py {folder} --test_file {test_file} --batch_size 1 "
+            f"--max_tokens {FIXED_SLICE_TOKENS}",
+        },  # fmt: skip
+        "commands": {
+            "test": f"python examples/evaluate.py {folder}" + (f" --test_file {test_file}" if args.test_file else ""),
+            "validation": f"python examples/evaluate.py {folder} --split validation"
+            + (f" --validation_file {valid_file}" if args.test_file else ""),
+            "export": f"python examples/export_pretrained.py RUN_DIR {folder} --dataset {args.dataset}{data_flags}"
+            + (f" --recipe {display_path(args.recipe)}" if args.recipe else ""),
+        },
+        "dtype_check": {"float32_test_ppl": fp32_test, **dtype_check, "max_relative_change": MAX_DTYPE_CHANGE},
+        "unk_rate": {s: unk_rate(t, unk_token_id(tok)) for s, t in ids.items()},
+        "params": sum(p.numel() for p in shipped.parameters()),
+        "training": {
+            "recipe": recipe,
+            "command": args.train_command or recipe.get("command"),
+            "run": {
+                k: train_results[k]
+                for k in ("epochs", "steps", "stopped", "train_minutes", "targets_seen")
+                if k in train_results
+            },
+        },  # fmt: skip
+        "exported": {"revision": git_revision(), "date": datetime.date.today().isoformat()},
+    }
+    (out_dir / "eval_results.json").write_text(json.dumps(record, indent=2) + "\n")
+    (out_dir / "README.md").write_text(model_card(record, shipped.config, args.license))
+    print(f"{folder}: validation {results['validation']['ppl']:.2f}, test {results['test']['ppl']:.2f}, fixed slice "
+          f"{fixed['ppl']:.2f} ({dtype}; bf16 {dtype_check['bfloat16']['relative_change']:+.3%}, fp16 "
+          f"{dtype_check['float16']['relative_change']:+.3%} test perplexity)")  # fmt: skip
+    return record
+
+
+def card_metadata(record: dict, model_name: str, license: str) -> ModelCardData:
+    info = DATASETS[record["dataset"]]
+    results = [
+        EvalResult(
+            task_type="text-generation",
+            task_name="Language modelling",
+            dataset_type=info["hub"],
+            dataset_name=info["name"],
+            dataset_config=info.get("config"),
+            dataset_split=split,
+            metric_type="perplexity",
+            metric_value=round(record[split]["ppl"], 2),
+            metric_name=f"{split.capitalize()} perplexity",
+        )  # fmt: skip
+        for split in ("test", "validation")
+    ]
+    return ModelCardData(language="en", license=license, library_name="transformers", pipeline_tag="text-generation",
+                         tags=["pointer-sentinel", "lstm", "language-modeling", "custom_code", "word-level"],
+                         datasets=[info["hub"]], model_name=model_name, eval_results=results)  # fmt: skip
+
+
+def model_card(record: dict, config, license: str) -> str:
+    """README.md of the folder: front matter (model-index from the measured figures) and the card's text."""
+    name, info = record["model"], DATASETS[record["dataset"]]
+    folder = f"pretrained/{name}"
+    kind = "Pointer Sentinel-LSTM" if config.use_pointer else "LSTM language model (no pointer)"
+    size = f"{config.num_layers}x{config.hidden_size}"
+    t, v, f = record["test"], record["validation"], record["fixed_slice"]
+    train = record["training"]
+    recipe = json.dumps({k: train["recipe"][k] for k in ("model", "training") if k in train["recipe"]}, indent=2)
+    run = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
+                    for k, v in train["run"].items())  # fmt: skip
+    dc = record["dtype_check"]
+    change = ", ".join(
+        f"{d} {dc[d]['test_ppl']:.2f} ({dc[d]['relative_change']:+.3%})" for d in ("bfloat16", "float16")
+    )
+    data_note = (
+        "Penn Treebank's text comes from the LDC Penn Treebank (Mikolov et al.'s preprocessed version, 10k words, "
+        "numbers as `N`, lower case); it is not distributed with this model: score it with your own copy."
+        if record["dataset"] == "ptb"
+        else "WikiText-2 (CC BY-SA 3.0) is bundled with the `modeling_pointer_sentinel` package."
+    )
+    body = f"""
+# {name}
+
+A {size} **{kind}** (Merity, Xiong, Bradbury & Socher, 2016, *Pointer Sentinel Mixture Models*) trained on
+{info["name"]}: a word-level LSTM language model whose vocabulary softmax is mixed with a pointer over its last
+{config.pointer_window} hidden states, the mixing weight given by a learned sentinel. {record["params"]:,} parameters,
+{config.vocab_size:,}-word vocabulary{", tied input and output embeddings" if config.tie_word_embeddings else ""}.
+Built with the `modeling_pointer_sentinel` package; the model's code ships in this folder.
+
+## Results
+
+Measured on this folder's weights ({record["dtype"]}) by `examples/export_pretrained.py`, with the package's own
+evaluation (examples/evaluate.py: the whole split as {t["batch_size"]} contiguous streams, state and pointer window
+carried across chunks of {t["bptt"]} tokens, one `<eos>` per line, every token a target including `<eos>`):
+
+| split | targets | perplexity |
+|---|---:|---:|
+| validation | {v["targets"]:,} | {v["ppl"]:.2f} |
+| test | {t["targets"]:,} | {t["ppl"]:.2f} |
+| test, first {f["first_targets"]:,} targets, batch 1 | {f["targets"]:,} | {f["ppl"]:.4f} |
+
+`<unk>` (a word of the corpus) is {record["unk_rate"]["test"]:.2%} of the test targets. Reproduce:
+`{record["commands"]["test"]}`; the fixed slice: `{f["command"]}`.
+Perplexities are per word-level token of this tokenisation and are comparable only with models scored the same way
+on the same files (not with per-word perplexities of detokenised text, e.g. lm-evaluation-harness's `wikitext`).
+
+Weights ship as {record["dtype"]}. Test perplexity with the weights cast to {change}; float32
+{dc["float32_test_ppl"]:.2f}. A smaller dtype would ship only if it moved test perplexity by less than
+{dc["max_relative_change"]:.1%}.
+
+## Training
+
+Trained with `examples/train.py` of modeling_pointer_sentinel{f" (`{train['command']}`)" if train["command"] else ""};
+run: {run or "no results.json in the run folder"}. Recipe (model fields and training flags):
+
+```json
+{recipe}
+```
+
+Exported with `{record["commands"]["export"]}`
+(revision {record["exported"]["revision"]}, {record["exported"]["date"]}).
+
+## Use
+
+```python
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+model = AutoModelForCausalLM.from_pretrained("{folder}", trust_remote_code=True, dtype=torch.float32)
+tok = AutoTokenizer.from_pretrained("{folder}", trust_remote_code=True)
+generator = pipeline("text-generation", model=model, tokenizer=tok)
+print(generator("the company said", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])
+
+ids = tok("the company said it expects to report a loss\\n", return_tensors="pt").input_ids  # line break -> <eos>
+out = model(ids, labels=ids)
+out.loss.exp()  # perplexity of the mixture; out.gate: the sentinel's share of each prediction
+```
+
+`trust_remote_code=True` runs the modeling code in this folder (`modeling_pointer_sentinel.py`,
+`configuration_pointer_sentinel.py`); with the `modeling_pointer_sentinel` package installed and imported, the
+package's classes load it without remote code. The tokenizer reads each line break as `<eos>`, as the training data
+was read, and decodes `<eos>` to a line break; `pipeline` drops it (it is the eos, pad and bos token) and stops at it.
+To score a long text, pass it whole or in chunks with `past_key_values` (the LSTM state and the pointer window carry).
+
+## Limitations
+
+- Word-level, closed vocabulary: any word outside the {config.vocab_size:,} known ones is `<unk>`, and the input must
+  be tokenised as the corpus is ({
+        "lower case, numbers as `N`, no punctuation"
+        if record["dataset"] == "ptb"
+        else "WikiText tokenisation: ` @-@ `, ` @,@ `, spaces around punctuation"
+    }). Raw text scores badly and unfairly.
+- A small model trained on a small corpus ({info["name"]}); its text is fluent only locally. Not for use beyond
+  language-modelling research and teaching.
+- {data_note}
+- lm-evaluation-harness: pass `max_length` (the config has no context length; see the package README).
+
+## Citation
+
+```bibtex
+@inproceedings{{merity2017pointer,
+  title={{Pointer Sentinel Mixture Models}},
+  author={{Merity, Stephen and Xiong, Caiming and Bradbury, James and Socher, Richard}},
+  booktitle={{ICLR}}, year={{2017}}}}
+```
+"""
+    meta = card_metadata(record, name, license)
+    return str(ModelCard(f"---\n{meta.to_yaml()}\n---\n{body}"))
+
+
+if __name__ == "__main__":
+    main()

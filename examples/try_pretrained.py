@@ -1,0 +1,92 @@
+"""Try a shipped pretrained model (no training): generate from a prompt through `pipeline("text-generation")`, then
+score a test set and print its perplexity next to the one the model card records.
+
+    python examples/try_pretrained.py                                   # the default model; generate only
+    python examples/try_pretrained.py --test_file ptb.test.txt          # and score your copy of PTB's test split
+    python examples/try_pretrained.py --model pretrained/NAME --prompt "the company said" --max_new_tokens 30
+
+The model folder's eval_results.json names its dataset: a WikiText-2 model is scored on the bundled WikiText-2 test
+split without any flag; Penn Treebank is not bundled (its text is the LDC's), so a PTB model is scored when you pass
+your copy of ptb.test.txt. A missing folder or file stops the script with one `error:` line and exit status 2.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+from transformers import pipeline, set_seed
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
+from cli import ArgumentParser, check_local_path, fail  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import streams_for  # noqa: E402
+
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
+
+PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
+DEFAULT_MODEL = PRETRAINED / "ptb-pointer-sentinel-lstm-2x200"  # a WikiText-2 model here makes scoring flag-free
+PROMPTS = {"ptb": "the company said", "wt2": "The game was released in"}
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.add_argument
+    a("--model", default=str(DEFAULT_MODEL), help="a folder of pretrained/ (default: %(default)s)")
+    a("--prompt", default=None, help="text to continue (default: one in the style of the model's corpus)")
+    a("--max_new_tokens", type=int, default=30)
+    a("--num_samples", type=int, default=2)
+    a("--seed", type=int, default=0)
+    a("--test_file", help="the test split to score (PTB models: your copy of ptb.test.txt; WikiText-2: bundled)")
+    a("--num_threads", type=int, default=None, help="torch CPU threads")
+    args = p.parse_args(argv)
+    if not (Path(args.model) / "eval_results.json").is_file():
+        p.error(f"{args.model}: no shipped model there (a folder of pretrained/ with eval_results.json; the PTB "
+                "models are added with examples/export_pretrained.py)")  # fmt: skip
+    check_local_path(p, "--test_file", args.test_file)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    start = time.perf_counter()
+    record = json.loads((Path(args.model) / "eval_results.json").read_text())
+    set_seed(args.seed)
+    generator = pipeline("text-generation", model=args.model, trust_remote_code=True, dtype=torch.float32)
+    prompt = args.prompt if args.prompt is not None else PROMPTS.get(record["dataset"], "")
+    print(f"{record['model']}: {record['dataset_name']}, test perplexity {record['test']['ppl']:.2f} on its card")
+    samples = generator(prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=40,
+                        num_return_sequences=args.num_samples)  # fmt: skip
+    for s in samples:
+        print("sample:", s["generated_text"])
+
+    if args.test_file:
+        lines = load_text_splits(test_file=args.test_file)["test"]
+    elif record["dataset"] == "wt2":
+        lines = load_text_splits()["test"]  # the bundled WikiText-2
+    else:
+        print(f"not scored: {record['dataset_name']} is not bundled with this package; pass --test_file with your "
+              f"copy of {record['test_file']} to score it")  # fmt: skip
+        return None
+    try:
+        ids = encode_lines(generator.tokenizer, lines)
+        defaults = evaluate_args([args.model])  # examples/evaluate.py's batch and bptt: the card's measurement
+        streams = streams_for(ids, defaults.batch_size, None)
+    except ValueError as e:
+        fail(e)
+    with tqdm(total=streams[:, 1:].numel(), desc="test", unit="tok") as bar:
+        ppl = collect_outputs(generator.model, streams, defaults.bptt, progress=bar).perplexity()
+    print(f"test perplexity {ppl:.2f} over {streams[:, 1:].numel():,} targets (the card: {record['test']['ppl']:.2f})"
+          f" in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    return ppl
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""The shipped models in pretrained/ (one Hub-style folder each) and the script that makes them.
+
+For every folder: (i) it loads where this package cannot be imported (remote code only, fresh interpreter, cwd
+outside the checkout) through AutoModelForCausalLM / AutoTokenizer / pipeline; (ii) a client's perplexity on the
+recorded fixed slice (the test file's text through the folder's own tokenizer) equals the recorded value; (iii) the
+card's front matter parses and its model-index figures are eval_results.json's. The same checks run on a tiny model
+trained and exported here, so they are exercised even when pretrained/ holds nothing.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, SHARED_DATA
+
+PRETRAINED = ROOT / "pretrained"
+FOLDERS = sorted(d for d in PRETRAINED.iterdir() if (d / "config.json").is_file()) if PRETRAINED.is_dir() else []
+FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md",
+         "eval_results.json", "configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py"}  # fmt: skip
+
+CLIENT = """
+import json, lzma, math, sys
+
+class Blocked:  # this package must not serve: only the folder's own code may
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "modeling_pointer_sentinel":
+            raise ImportError("blocked: " + name)
+
+sys.meta_path.insert(0, Blocked())
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+folder, text_file, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+pipe = pipeline("text-generation", model=folder, trust_remote_code=True)
+result = {"class": type(model).__module__ + "." + type(model).__name__, "dtype": str(model.dtype),
+          "line_rule": tok("a\\nb")["input_ids"][1] == tok.eos_token_id,
+          "sample": pipe("the", max_new_tokens=5, do_sample=False)[0]["generated_text"]}
+if text_file:
+    with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
+        ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it
+    with torch.no_grad():
+        out = model(ids[:, :-1], shift_labels=ids[:, 1:], logits_to_keep=1)
+    result["fixed_slice_ppl"] = math.exp(out.loss.item())
+    result["fixed_slice_targets"] = ids.shape[1] - 1
+print(json.dumps(result))
+"""
+
+
+def measured_test_file(record: dict) -> Path | None:
+    """The test split a folder was measured on: bundled for WikiText-2, the shared copy for PTB (None if absent)."""
+    from modeling_pointer_sentinel.training import BUNDLED
+
+    if record["dataset"] == "wt2":
+        return BUNDLED / "wiki.test.tokens.xz"
+    path = SHARED_DATA / "ptb" / record["test_file"]
+    return path if path.is_file() else None
+
+
+def check_loads_without_package(folder: Path, cwd: Path, text_file: Path | None) -> dict:
+    """(i): a fresh interpreter where this package cannot be imported loads the folder through the Auto classes and
+    pipeline, and (for (ii)) scores the recorded slice of text_file. Returns what the client measured."""
+    record = json.loads((folder / "eval_results.json").read_text())
+    assert FILES <= {p.name for p in folder.iterdir()}, sorted(FILES - {p.name for p in folder.iterdir()})
+    config = json.loads((folder / "config.json").read_text())
+    assert set(config["auto_map"]) >= {"AutoConfig", "AutoModelForCausalLM"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    n = str(record["fixed_slice"]["targets"])
+    done = subprocess.run([sys.executable, "-c", CLIENT, str(folder.resolve()), str(text_file or ""), n], cwd=cwd,
+                          env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "custom code" not in done.stdout + done.stderr  # no prompt for trust_remote_code on the documented path
+    client = json.loads(done.stdout.strip().splitlines()[-1])
+    assert client["class"].startswith("transformers_modules.") and client["class"].endswith("ForCausalLM"), client
+    assert client["dtype"] == f"torch.{record['dtype']}" and client["line_rule"], client
+    assert client["sample"].startswith("the ") and len(client["sample"].split()) > 1, client
+    return client
+
+
+def check_fixed_slice(folder: Path, client: dict):
+    """(ii): the client's perplexity on the fixed slice equals the one recorded at export."""
+    recorded = json.loads((folder / "eval_results.json").read_text())["fixed_slice"]
+    assert client["fixed_slice_targets"] == recorded["targets"]
+    assert client["fixed_slice_ppl"] == pytest.approx(recorded["ppl"], rel=1e-5)
+
+
+def check_card(folder: Path):
+    """(iii): README.md's front matter parses (huggingface_hub's own reader) and its model-index holds the measured
+    test and validation perplexities of eval_results.json; the text shows them and how to load the folder."""
+    from huggingface_hub import ModelCard
+
+    record = json.loads((folder / "eval_results.json").read_text())
+    card = ModelCard.load(folder / "README.md")
+    data = card.data
+    assert data.library_name == "transformers" and data.license and "pointer-sentinel" in data.tags
+    assert data.model_name == folder.name
+    results = {r.dataset_split: r for r in data.eval_results}
+    assert set(results) == {"test", "validation"}
+    for split, r in results.items():
+        assert (r.task_type, r.metric_type) == ("text-generation", "perplexity")
+        assert r.metric_value == round(record[split]["ppl"], 2), split
+        assert f"| {split} | {record[split]['targets']:,} | {record[split]['ppl']:.2f} |" in card.text
+    assert f"{record['fixed_slice']['ppl']:.4f}" in card.text
+    assert "trust_remote_code=True" in card.text and "@inproceedings{merity2017pointer" in card.text
+    assert f"Weights ship as {record['dtype']}" in card.text
+    assert "/shared/" not in card.text and "/shared/" not in json.dumps(record)  # no paths of this machine's data
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_shipped_model_loads_without_the_package(folder, tmp_path):
+    record = json.loads((folder / "eval_results.json").read_text())
+    client = check_loads_without_package(folder, tmp_path, measured_test_file(record))
+    if "fixed_slice_ppl" not in client:
+        pytest.skip(f"{record['test_file']} is not beside this checkout: the fixed slice was not scored")
+    check_fixed_slice(folder, client)
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_shipped_model_card_matches_its_measurements(folder):
+    check_card(folder)
+    size = sum(p.stat().st_size for p in folder.iterdir())
+    assert size < 60e6, f"{folder.name} is {size / 1e6:.0f} MB"
+    assert not (folder / "model.safetensors").read_bytes()[:40].startswith(b"version https://git-lfs")
+
+
+def make_old_tokenizer(folder: Path):
+    """Turn a saved tokenizer into one saved before the line-break rule (the state of runs trained before it)."""
+    path = folder / "tokenizer.json"
+    tk = json.loads(path.read_text())
+    tk["normalizer"] = None
+    tk["decoder"] = {"type": "Sequence", "decoders": [tk["decoder"]["decoders"][0], tk["decoder"]["decoders"][-1]]}
+    path.write_text(json.dumps(tk))
+
+
+def test_export_a_trained_run_end_to_end(tmp_path):
+    """Train a tiny model (its tokenizer made pre-rule, as runs trained before the rule have), export it, and apply
+    the checks the shipped folders get; examples/evaluate.py on the folder reproduces the recorded test figure."""
+    import random
+
+    from transformers import AutoTokenizer
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)] + ["the"]
+    for split, n in (("train", 300), ("valid", 60), ("test", 60)):
+        lines = (" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n))
+        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    data = ["--validation_file", str(tmp_path / "valid.txt"), "--test_file", str(tmp_path / "test.txt")]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    env["PYTHONPATH"] = str(ROOT)  # the package of this checkout (deliberate_breaks runs a scratch copy)
+    recipe = ROOT / "examples" / "configs" / "tiny_test.json"
+    train = [sys.executable, str(ROOT / "examples" / "train.py"), "--train_file", str(tmp_path / "train.txt"), *data,
+             "--config", str(recipe), "--max_train_steps", "5", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    done = subprocess.run(train, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    make_old_tokenizer(tmp_path / "run")
+    old = AutoTokenizer.from_pretrained(tmp_path / "run")
+    assert old("w1\nw2")["input_ids"] == old("w1 w2")["input_ids"]  # really the pre-rule form
+
+    out = tmp_path / "pretrained" / "tiny-pointer"
+    export = [sys.executable, str(ROOT / "examples" / "export_pretrained.py"), str(tmp_path / "run"), str(out),
+              "--dataset", "ptb", *data, "--recipe", str(recipe), "--train_command", "python examples/train.py",
+              ]  # fmt: skip
+    done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((out / "eval_results.json").read_text())
+    assert record["dtype"] in ("float32", "bfloat16", "float16") and record["test"]["batch_size"] == 10
+    assert record["test_file"] == "test.txt" and str(tmp_path) not in json.dumps(record)
+
+    client = check_loads_without_package(out, tmp_path, tmp_path / "test.txt")
+    check_fixed_slice(out, client)
+    check_card(out)
+    evaluate = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(out), "--test_file",
+                str(tmp_path / "test.txt"), "--output_json", str(tmp_path / "eval.json")]  # fmt: skip
+    done = subprocess.run(evaluate, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # evaluate.py computes in float32; the export measured in the shipped dtype (a tiny model may ship as bfloat16)
+    assert json.loads((tmp_path / "eval.json").read_text())["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-4)
+
+    done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 2 and "--overwrite" in done.stderr  # an existing folder is not replaced silently
+
+
+def test_pretrained_is_not_installed_as_package_data():
+    """pretrained/ is data of the repository: the wheel holds the package alone (explicit package list, no
+    discovery), so the weights never land in site-packages."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"] == ["modeling_pointer_sentinel"]
+    assert all("pretrained" not in p for ps in setuptools.get("package-data", {}).values() for p in ps)
+    assert not (ROOT / "pretrained" / "__init__.py").exists()
