@@ -458,6 +458,20 @@ MUTS = [
         'fixed = measure(shipped, ids["test"], 10, bptt, FIXED_SLICE_TOKENS)',
         ["tests/test_pretrained.py"],
     ),
+    (
+        "quality runs: results.json rewritten without the other datasets",
+        "examples/quality_runs.py",
+        "results = json.loads(path.read_text()) if path.exists() else {}",
+        "results = {}",
+        ["tests/test_quality_runs.py"],
+    ),
+    (
+        "quality runs: dataset model settings not applied",
+        "examples/quality_runs.py",
+        'model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}',
+        'model = {**MODEL, "use_pointer": use_pointer}',
+        ["tests/test_quality_runs.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
