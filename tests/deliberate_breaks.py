@@ -111,6 +111,14 @@ MUTS = [
     ),
     ("split_state_at unchecked", M, "if split_state_at is not None and not 0 < split_state_at <= T:", "if False:"),
     ("mask width unchecked", M, "mask.shape[1] not in (T, seen + T)", "mask.shape[1] < T"),
+    ("clifix: unknown config key silent", C, "        warn_unknown_keys(self, kwargs)\n", "", ["tests/test_hf_fit.py"]),
+    (
+        "clifix: config warns on keys transformers writes",
+        C,
+        " - TRANSFORMERS_KEYS - GENERATION_KEYS",
+        " - GENERATION_KEYS",
+        ["tests/test_hf_fit.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

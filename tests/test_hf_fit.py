@@ -1,5 +1,6 @@
 """transformers conventions a user relies on: Trainer, shift_labels, padding, loading, generate kwargs, the card."""
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -129,6 +130,32 @@ def test_base_model_from_a_causal_lm_checkpoint_reports_nothing_unexpected(tmp_p
         AutoModel.from_pretrained(tmp_path)
     shown = capsys.readouterr().out + capsys.readouterr().err + caplog.text
     assert "UNEXPECTED" not in shown and "lm_head" not in shown and "pointer." not in shown, shown
+
+
+def config_warnings(caplog, folder):
+    from transformers import AutoModelForCausalLM
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="modeling_pointer_sentinel"):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    return model, [r.getMessage() for r in caplog.records if "unknown key" in r.getMessage()]
+
+
+def test_misspelt_config_key_warns_naming_the_field_and_transformers_keys_do_not(tmp_path, caplog):
+    """transformers keeps unknown config keys as attributes (configs from newer versions load), so a typo cannot
+    raise; it must not pass silently either. The keys transformers writes (and the older torch_dtype) stay quiet."""
+    tiny_model(pointer_window=7).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    assert {"transformers_version", "architectures", "auto_map", "dtype", "model_type"} <= set(saved)
+    path.write_text(json.dumps({**saved, "torch_dtype": "float32"}))
+    model, warned = config_warnings(caplog, tmp_path)
+    assert warned == [] and model.config.pointer_window == 7
+    del saved["pointer_window"]
+    path.write_text(json.dumps({**saved, "pointer_windw": 7}))
+    model, warned = config_warnings(caplog, tmp_path)
+    assert model.config.pointer_window == 100  # the default: what the warning is there to reveal
+    assert len(warned) == 1 and "'pointer_windw'" in warned[0] and "did you mean 'pointer_window'" in warned[0]
 
 
 def test_damaged_weights_file_gives_one_error_naming_the_folder(tmp_path):
