@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
+G = "examples/generate.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -118,6 +119,28 @@ MUTS = [
         " - TRANSFORMERS_KEYS - GENERATION_KEYS",
         " - GENERATION_KEYS",
         ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: generate max_new_tokens unchecked",
+        G,
+        '("max_new_tokens", args.max_new_tokens >= 1, ">= 1")',
+        '("max_new_tokens", True, ">= 1")',
+        ["tests/test_cli.py"],
+    ),
+    ("clifix: generate top_p upper bound unchecked", G, "0 < args.top_p <= 1", "0 < args.top_p", ["tests/test_cli.py"]),
+    (
+        "clifix: show_gate prints 1 - g",
+        G,
+        'print(f"  {word:>15s}  from_pointer={s:.3f}  g={g:.3f}")',
+        'print(f"  {word:>15s}  from_pointer={1 - g:.3f}  g={g:.3f}")',
+        ["tests/test_cli.py"],
+    ),
+    (
+        "clifix: pointer share window shifted by one",
+        G,
+        "F.pad(context, (L - 1, 0), value=-1)",
+        "F.pad(context, (L, 0), value=-1)[:, :-1]",
+        ["tests/test_cli.py"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
