@@ -19,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 G = "examples/generate.py"
+T = "modeling_pointer_sentinel/training.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -141,6 +142,20 @@ MUTS = [
         "F.pad(context, (L - 1, 0), value=-1)",
         "F.pad(context, (L, 0), value=-1)[:, :-1]",
         ["tests/test_cli.py"],
+    ),
+    (
+        "clifix: group_lines without encode_lines (no <eos>)",
+        T,
+        "ids = encode_lines(tokenizer, lines)",
+        'ids = torch.tensor([i for line in lines for i in tokenizer(line)["input_ids"]])',
+        ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: group_lines masks <eos> labels",
+        T,
+        '"labels": blocks.copy()',
+        '"labels": blocks * (blocks != tokenizer.eos_token_id) - 100 * (blocks == tokenizer.eos_token_id)',
+        ["tests/test_hf_fit.py"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -45,6 +45,39 @@ def test_trainer_trains_evaluates_and_predicts_like_a_gpt2(tmp_path):
     np.testing.assert_allclose(pred.predictions, out.logits.numpy(), rtol=1e-5, atol=1e-5)
 
 
+def test_group_lines_gives_trainer_train_py_stream_with_every_eos_label_counted(tmp_path):
+    """The blocks concatenate to encode_lines' stream (train.py's: <eos> after every line, empty lines included),
+    and through Trainer's default collator every <eos> is a target: eval_loss is the mean over all T-1 targets
+    of each block. DataCollatorForLanguageModeling(mlm=False) would drop them (pad token = <eos>)."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, default_data_collator
+
+    from modeling_pointer_sentinel.training import encode_lines, group_lines
+
+    lines = ["the game was released", "", "the game of the year", "was the year", "released in the year", "game"]
+    tok = build_word_level_tokenizer(lines)
+    eos, T = tok.eos_token_id, 4
+    stream = encode_lines(tok, lines)
+    for data in (lines, Dataset.from_dict({"text": lines})):
+        blocks = group_lines(data, tok, T)
+        ids = torch.tensor(blocks["input_ids"])
+        assert ids.shape[1] == T and torch.equal(torch.tensor(blocks["labels"]), ids)
+        assert torch.equal(ids.flatten(), stream[: ids.numel()]) and stream.numel() - ids.numel() < T
+    batch = default_data_collator([blocks[i] for i in range(len(blocks))])
+    assert (batch["labels"] == eos).sum() == (ids == eos).sum() > 0 and (batch["labels"] == -100).sum() == 0
+    dropped = DataCollatorForLanguageModeling(tok, mlm=False)([blocks[i] for i in range(len(blocks))])["labels"]
+    assert (dropped == eos).sum() == 0  # why the README recommends default_data_collator
+
+    model = tiny_model(vocab_size=len(tok), eos_token_id=eos).eval()
+    with torch.no_grad():
+        want = -model(ids, labels=ids).target_log_probs[:, :-1].double().mean().item()
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
+    trainer = Trainer(model=model, args=args, eval_dataset=blocks, data_collator=default_data_collator)
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="block_size must be >= 2"):
+        group_lines(lines, tok, 1)
+
+
 def test_shift_labels_win_over_labels():
     model = tiny_model().eval()
     ids = torch.randint(0, 6, (2, 8), generator=torch.Generator().manual_seed(1))
