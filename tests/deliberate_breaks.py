@@ -20,6 +20,7 @@ M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 G = "examples/generate.py"
 T = "modeling_pointer_sentinel/training.py"
+R = "benchmarks/run.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -156,6 +157,27 @@ MUTS = [
         '"labels": blocks.copy()',
         '"labels": blocks * (blocks != tokenizer.eos_token_id) - 100 * (blocks == tokenizer.eos_token_id)',
         ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: benchmark A column from side medians",
+        R,
+        "a=a[mid],",
+        "a=statistics.median(a),",
+        ["tests/test_benchmarks.py"],
+    ),
+    (
+        "clifix: benchmark target met on the median alone",
+        R,
+        '"met" if lo >= bound',
+        '"met" if summary["ratio"] >= bound',
+        ["tests/test_benchmarks.py"],
+    ),
+    (
+        "clifix: benchmark --write overwrites BENCHMARKS.md",
+        R,
+        'if out == ROOT / "BENCHMARKS.md" or (',
+        "if False and (",
+        ["tests/test_benchmarks.py"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
