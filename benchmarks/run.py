@@ -1,10 +1,14 @@
 """Side-by-side benchmarks: ratios of two variants timed alternately in one process (this machine is noisy).
 
-    python benchmarks/run.py --quick                 # sanity run, < 2 minutes
-    python benchmarks/run.py --write BENCHMARKS.md   # full run, results written as a markdown table
+    python benchmarks/run.py --quick                                # sanity run, < 2 minutes
+    python benchmarks/run.py --write benchmarks/results_cpu.md      # full run, results as a markdown table
 
-Each comparison: warm-up, then `reps` rounds that time A then B (order alternating), report each side's median and
-the median of the per-round ratios. Not part of the test suite: no timing is asserted anywhere.
+Each comparison: warm-up, then `reps` rounds that time A then B (order alternating); each round gives one paired
+ratio A/B. A row reports the median of those ratios with their spread (min-max and the interquartile range), and
+A and B as measured in the median round, so that the row's A / B is its ratio. A target counts as met only when the
+whole spread clears it (every round), not met when no round reaches it, inconclusive otherwise. --write refuses to
+overwrite a file this script did not write (BENCHMARKS.md is written by hand). Not part of the test suite: no timing
+is asserted anywhere (tests/test_benchmarks.py checks the summary on given numbers).
 """
 
 import argparse
@@ -22,6 +26,83 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import NeuralCache, neural_cache_loop_reference  # noqa: E402
 from modeling_pointer_sentinel.training import make_segment, run_segment, segment_schedule  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WRITTEN_BY_US = "Command: `python benchmarks/run.py"  # first line of every file --write writes
+
+
+def paired_summary(a: list[float], b: list[float]) -> dict:
+    """The ratio of a row from paired rounds: round i measured a[i] and b[i] side by side. Returns the median of the
+    per-round ratios a[i]/b[i], their min, max and quartiles (q1, q3), the number of rounds, and A and B as measured
+    in the median round (for an even count, the lower of the two middle ones), so that a / b is the ratio shown.
+    Each side's own median is not reported: on a noisy machine median(a) / median(b) can contradict the paired
+    ratio (5784 / 5779 beside a paired 0.904)."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"paired rounds need as many A as B measurements (at least one), got {len(a)} and {len(b)}.")
+    ratios = [x / y for x, y in zip(a, b, strict=True)]
+    order = sorted(range(len(ratios)), key=ratios.__getitem__)
+    mid = order[(len(order) - 1) // 2]
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+    return dict(ratio=ratios[mid], min=min(ratios), max=max(ratios), q1=q1, q3=q3, rounds=len(ratios), a=a[mid],
+                b=b[mid])  # fmt: skip
+
+
+def verdict(summary: dict, target: tuple[str, float] | None) -> str:
+    """ "met" when every round's ratio clears the target (">=" or "<=" a bound), "not met" when none does,
+    "inconclusive" when the spread straddles it; "" without a target."""
+    if target is None:
+        return ""
+    op, bound = target
+    if op not in (">=", "<="):
+        raise ValueError(f"a target is ('>=' or '<=', bound), got {target!r}.")
+    lo, hi = summary["min"], summary["max"]
+    if op == ">=":
+        return "met" if lo >= bound else "not met" if hi < bound else "inconclusive"
+    return "met" if hi <= bound else "not met" if lo > bound else "inconclusive"
+
+
+def target_text(target: tuple[str, float] | None) -> str:
+    return "" if target is None else f"{'≥' if target[0] == '>=' else '≤'} {target[1]:g}"
+
+
+def row_line(row: dict) -> str:
+    return (f"{row['name']:<58s} A {row['a']:>10.4g} B {row['b']:>10.4g} {row['unit']:<9s} A/B {row['ratio']:.3f} "
+            f"[{row['min']:.3f}-{row['max']:.3f}] IQR {row['q1']:.3f}-{row['q3']:.3f} {target_text(row['target'])} "
+            f"{row['verdict']}")  # fmt: skip
+
+
+def markdown(rows: list[dict], cmd: str, header: str) -> str:
+    lines = [
+        f"Command: `{cmd}`",
+        "",
+        f"Machine: {header}",
+        "",
+        "Each round times A and B side by side; A/B is the median of the per-round ratios, with their min-max and",
+        "interquartile range; A and B are the rates measured in that median round (so A / B is the ratio shown). A",
+        "target is met only when every round clears it, not met when no round reaches it, otherwise inconclusive.",
+        "",
+        "| comparison | unit | A (median round) | B (median round) | A/B, median of rounds | min–max | IQR | rounds "
+        "| target | verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    lines += [
+        f"| {r['name']} | {r['unit']} | {r['a']:.4g} | {r['b']:.4g} | {r['ratio']:.3f} | {r['min']:.3f}–{r['max']:.3f} "
+        f"| {r['q1']:.3f}–{r['q3']:.3f} | {r['rounds']} | {target_text(r['target'])} | {r['verdict']} |"
+        for r in rows
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_write_path(path: str | None) -> Path | None:
+    """The --write file, or a ValueError when it would overwrite a file this script did not write."""
+    if path is None:
+        return None
+    out = Path(path).resolve()
+    if out == ROOT / "BENCHMARKS.md" or (out.is_file() and not out.read_text().startswith(WRITTEN_BY_US)):
+        raise ValueError(f"--write {path}: refusing to overwrite a file benchmarks/run.py did not write "
+                         "(BENCHMARKS.md is written by hand); write to a results file such as "
+                         "benchmarks/results_cpu.md")  # fmt: skip
+    return out
 
 
 def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=torch.float32, zoneout=0.0):
@@ -44,11 +125,18 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def compare(name, fa, fb, reps, unit, device="cpu", warmup=1):
+def make_row(name, a, b, unit, target=None):
+    row = dict(name=name, unit=unit, target=target, **paired_summary(a, b))
+    row["verdict"] = verdict(row, target)
+    print(row_line(row), flush=True)
+    return row
+
+
+def compare(name, fa, fb, reps, unit, device="cpu", warmup=1, target=None):
     """fa/fb() run one measured unit and return the amount of work done (tokens, targets, ...)."""
     for _ in range(warmup):
         fa(), fb()
-    ta, tb, ratios = [], [], []
+    ta, tb = [], []
     for r in range(reps):
         order = [(fa, ta), (fb, tb)] if r % 2 == 0 else [(fb, tb), (fa, ta)]
         for f, store in order:
@@ -58,10 +146,7 @@ def compare(name, fa, fb, reps, unit, device="cpu", warmup=1):
             work = f()
             sync(device)
             store.append(work / (time.perf_counter() - t0))
-        ratios.append(ta[-1] / tb[-1])
-    row = dict(name=name, a=statistics.median(ta), b=statistics.median(tb), ratio=statistics.median(ratios), unit=unit)
-    print(f"{name:<58s} A {row['a']:>10.1f} {unit:<9s} B {row['b']:>10.1f}   A/B {row['ratio']:.3f}", flush=True)
-    return row
+    return make_row(name, ta, tb, unit, target)
 
 
 def trainer(model, scheme, B, bptt, stride, steps, device):
@@ -149,20 +234,15 @@ def decoder(model, prompt_len, new_tokens, device):
     return unit
 
 
-def latency_compare(name, ua, ub, reps, device):
+def latency_compare(name, ua, ub, reps, device, target=None):
     for u in (ua, ub):
         u()
-    la, lb, ratios = [], [], []
+    la, lb = [], []
     for r in range(reps):
         for u, store in [(ua, la), (ub, lb)] if r % 2 == 0 else [(ub, lb), (ua, la)]:
             u()
             store.append(u.latency * 1e3)
-        ratios.append(la[-1] / lb[-1])
-    row = dict(
-        name=name, a=statistics.median(la), b=statistics.median(lb), ratio=statistics.median(ratios), unit="ms/token"
-    )
-    print(f"{name:<58s} A {row['a']:>10.3f} ms/token  B {row['b']:>10.3f}   A/B {row['ratio']:.3f}", flush=True)
-    return row
+    return make_row(name, la, lb, "ms/token", target)
 
 
 def saved_activation_bytes(model, scheme, B, bptt, stride, device):
@@ -182,7 +262,7 @@ def saved_activation_bytes(model, scheme, B, bptt, stride, device):
     return total + 2 * params
 
 
-def benchmark_neural_cache(model, reps, quick):
+def benchmark_neural_cache(model, reps, quick, target=None):
     """Vectorised neural cache vs the per-token loop reference, same outputs."""
     g = torch.Generator().manual_seed(0)
     B, N, D, W = 1, 300 if quick else 1000, model.config.output_size, 500
@@ -201,7 +281,7 @@ def benchmark_neural_cache(model, reps, quick):
         return B * N
 
     return compare(f"neural cache eval tokens/s, vectorised / per-token loop (window {W}, D={D})", vec, loop,
-                   reps, "tok/s")  # fmt: skip
+                   reps, "tok/s", target=target)  # fmt: skip
 
 
 def main(argv=None):
@@ -218,8 +298,14 @@ def main(argv=None):
         "these), "
         "zoneout_compiled (opt-in: minutes of compilation)",
     )
-    ap.add_argument("--write", default=None, help="write the results as markdown to this file")
+    ap.add_argument("--write", default=None,
+                    help="write the results as a markdown table to this file, e.g. benchmarks/results_cpu.md; refuses "
+                    "to overwrite a file it did not write (BENCHMARKS.md is hand-written)")  # fmt: skip
     args = ap.parse_args(argv)
+    try:
+        write = check_write_path(args.write)  # before the run, not after 30 minutes of it
+    except ValueError as e:
+        ap.error(str(e))
     if args.threads:
         torch.set_num_threads(args.threads)
     dev, dtype = args.device, getattr(torch, args.dtype)
@@ -235,8 +321,8 @@ def main(argv=None):
     )
     print(header)
 
-    def add(name, fa, fb, unit):
-        rows.append(compare(name, fa, fb, reps, unit, dev))
+    def add(name, fa, fb, unit, target=None):
+        rows.append(compare(name, fa, fb, reps, unit, dev, target=target))
 
     for size in sizes.split(","):
         V, H = map(int, size.split(":"))
@@ -249,6 +335,7 @@ def main(argv=None):
                 trainer(ptr, "stateful", B, bptt, 0, steps, dev),
                 trainer(plain, "stateful", B, bptt, 0, steps, dev),
                 "tok/s",
+                (">=", 0.90),
             )
         if "public" in groups:  # Trainer's call, at the issue's batch of 32, for a short and a window-long segment
             for T in (35, 100):
@@ -257,6 +344,7 @@ def main(argv=None):
                     hf_trainer(ptr, 32, T, steps, dev),
                     hf_trainer(plain, 32, T, steps, dev),
                     "targets/s",
+                    (">=", 0.90),
                 )
         if "window" in groups:
             add(
@@ -264,6 +352,7 @@ def main(argv=None):
                 trainer(ptr, "window", B, bptt, L, max(1, steps // 2), dev),
                 trainer(plain, "stateful", B, bptt, 0, steps, dev),
                 "targets/s",
+                (">=", 0.45),
             )
         if "rerun" in groups:
             add(
@@ -271,6 +360,7 @@ def main(argv=None):
                 trainer(ptr, "window", B, bptt, L, 1, dev),
                 trainer(ptr, "window", B, bptt, 1, 3 if quick else 10, dev),
                 "targets/s",
+                (">=", 15.0),
             )
         if "eval" in groups:
             add(
@@ -278,6 +368,7 @@ def main(argv=None):
                 evaluator(ptr, 10, 200, 2 if quick else 5, dev),
                 evaluator(plain, 10, 200, 2 if quick else 5, dev),
                 "tok/s",
+                (">=", 0.90),
             )
         if "decode" in groups:
             n = 20 if quick else 50
@@ -288,6 +379,7 @@ def main(argv=None):
                     decoder(plain, 10, n, dev),
                     reps,
                     dev,
+                    ("<=", 1.2),
                 )
             )
             rows.append(
@@ -297,21 +389,14 @@ def main(argv=None):
                     decoder(ptr, 10, n, dev),
                     reps,
                     dev,
+                    ("<=", 1.1),
                 )
             )
         if "memory" in groups:
             a = saved_activation_bytes(ptr, "stateful", B, bptt, 0, dev)
             b = saved_activation_bytes(plain, "stateful", B, bptt, 0, dev)
-            rows.append(
-                dict(
-                    name=f"training memory (saved activations + params + grads), pointer / plain ({tag})",
-                    a=a / 2**20,
-                    b=b / 2**20,
-                    ratio=a / b,
-                    unit="MiB",
-                )
-            )
-            print(f"{rows[-1]['name']:<58s} A {a / 2**20:>10.1f} MiB       B {b / 2**20:>10.1f}   A/B {a / b:.3f}")
+            name = f"training memory (saved activations + params + grads), pointer / plain ({tag})"
+            rows.append(make_row(name, [a / 2**20], [b / 2**20], "MiB", ("<=", 1.25)))  # deterministic: one round
         for compiled in [False] * ("zoneout" in groups) + [True] * ("zoneout_compiled" in groups):
             zoned = build(V, H, 2, L, True, dev, dtype, zoneout=0.5)
             if compiled:  # one graph per training call: the step loop's pointwise ops fuse
@@ -321,23 +406,15 @@ def main(argv=None):
                 trainer(zoned, "stateful", B, bptt, 0, steps, dev),
                 trainer(ptr, "stateful", B, bptt, 0, steps, dev),
                 "tok/s",
+                None if compiled else (">=", 0.5),
             )
             del zoned
         if "cache" in groups:
-            rows.append(benchmark_neural_cache(ptr, reps, quick))
+            rows.append(benchmark_neural_cache(ptr, reps, quick, (">=", 20.0)))
         del ptr, plain
-    if args.write:
+    if write:
         cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        lines = [
-            f"Command: `{cmd}`",
-            "",
-            f"Machine: {header}",
-            "",
-            "| comparison | A | B | unit | A/B (median of paired rounds) |",
-            "|---|---:|---:|---|---:|",
-        ]
-        lines += [f"| {r['name']} | {r['a']:.4g} | {r['b']:.4g} | {r['unit']} | {r['ratio']:.3f} |" for r in rows]
-        Path(args.write).write_text("\n".join(lines) + "\n")
+        write.write_text(markdown(rows, cmd, header))
     return rows
 
 

@@ -3,15 +3,19 @@
     python examples/generate.py outputs/quickstart --prompt "the company said" --max_new_tokens 30 --do_sample \
         --temperature 0.8 --top_k 50 --seed 0 --show_gate
 
-Each sample ends at its first <eos> (a line end; shorter samples of a batch are padded with it). A missing model
-folder stops the script with one `error:` line on stderr and exit status 2.
+Each sample ends at its first <eos> (a line end; shorter samples of a batch are padded with it). --show_gate prints,
+for each generated word w, the share of its probability that came from the pointer, sum_{i: x_i = w} a_i / p_mix(w)
+(0 for a word not in the window), and g, the weight of the vocabulary softmax at that step. A missing model folder or
+an out-of-range flag stops the script with one `error:` line on stderr and exit status 2.
 """
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from transformers import set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -32,6 +36,45 @@ def join_text(prompt: str, continuation: str) -> str:
     return " ".join(part for part in (prompt.strip(), continuation.strip()) if part)
 
 
+def pointer_shares(model, seq: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """For each of the n words w = seq[start + j]: the gate g of the step that predicted it, and the share of its
+    mixture probability that came from the pointer, sum_{i: x_i = w} a_i / p_mix(w), from one forward pass over the
+    unpadded sequence (the window of position t holds positions t-L+1 ... t, oldest first, as pointer_attention)."""
+    L = model.config.pointer_window
+    context = seq[None, : start + n - 1]
+    with torch.no_grad():
+        out = model(context)
+    at = slice(start - 1, start + n - 1)  # position t predicts the word at t + 1
+    words = seq[start : start + n]
+    windows = F.pad(context, (L - 1, 0), value=-1).unfold(1, L, 1)[0, at]  # (n, L); -1: no token yet
+    mass = (out.pointer_attention[0, at] * (windows == words[:, None])).sum(-1)
+    p_mix = out.logits[0, at].gather(-1, words[:, None]).squeeze(-1).exp()
+    return out.gate[0, at], mass / p_mix
+
+
+def check_flags(p, args):
+    """Every numeric flag in range, and the combinations generate would refuse, as one error line each."""
+    for flag, ok, rule in (
+        ("max_new_tokens", args.max_new_tokens >= 1, ">= 1"),
+        ("temperature", math.isfinite(args.temperature) and args.temperature > 0, "a number > 0"),
+        ("top_k", args.top_k >= 0, ">= 0 (0: off)"),
+        ("top_p", 0 < args.top_p <= 1, "in (0, 1] (1: off)"),
+        ("num_beams", args.num_beams >= 1, ">= 1"),
+        ("num_return_sequences", args.num_return_sequences >= 1, ">= 1"),
+        ("repetition_penalty", math.isfinite(args.repetition_penalty) and args.repetition_penalty > 0,
+         "a number > 0 (1: off)"),
+        ("seed", 0 <= args.seed < 2**32, "in [0, 2**32)"),
+    ):  # fmt: skip
+        if not ok:
+            p.error(f"--{flag} must be {rule}, got {getattr(args, flag)}")
+    if args.num_beams > 1 and args.num_return_sequences > args.num_beams:
+        p.error(f"--num_return_sequences {args.num_return_sequences} must be <= --num_beams {args.num_beams}")
+    if args.num_beams == 1 and not args.do_sample and args.num_return_sequences > 1:
+        p.error("--num_return_sequences > 1 needs --do_sample or --num_beams (greedy decoding gives one sequence)")
+    if args.show_gate and args.no_pointer_mix:
+        p.error("--show_gate reports the pointer's share of the mixture; with --no_pointer_mix there is none")
+
+
 def main(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="directory written by save_pretrained (model + tokenizer)")
@@ -46,14 +89,20 @@ def main(argv=None):
     p.add_argument("--repetition_penalty", type=float, default=1.0)
     p.add_argument("--no_pointer_mix", action="store_true", help="sample from the vocabulary softmax alone")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--show_gate", action="store_true", help="print g (share from the vocabulary) for each new token")
+    p.add_argument("--show_gate", action="store_true",
+                   help="for each generated word w, print the share of its probability that came from the pointer, "
+                   "sum_{i: x_i = w} a_i / p_mix(w) (0 for a word not in the window), and g, the weight of the "
+                   "vocabulary softmax at that step")  # fmt: skip
     args = p.parse_args(argv)
+    check_flags(p, args)
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
                 "--output_dir)")  # fmt: skip
 
     set_seed(args.seed)
     tok, model = load_saved_model(args.model)
+    if args.show_gate and not model.config.use_pointer:
+        p.error(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
     ids = tok(args.prompt or tok.eos_token, return_tensors="pt")["input_ids"]
     out = model.generate(
         ids,
@@ -71,11 +120,10 @@ def main(argv=None):
     for seq in out:
         new = until_eos(seq[ids.shape[1] :], tok.eos_token_id)
         print(join_text(args.prompt, tok.decode(new, skip_special_tokens=True)))
-        if args.show_gate and model.config.use_pointer:
-            with torch.no_grad():  # g at position t weighs the prediction of token t+1
-                gate = model(seq[None, : ids.shape[1] + len(new) - 1]).gate[0, ids.shape[1] - 1 :]
-            for word, g in zip(tok.convert_ids_to_tokens(new.tolist()), gate.tolist(), strict=True):
-                print(f"  {word:>15s}  g={g:.3f}  pointer={1 - g:.3f}")
+        if args.show_gate:
+            gate, share = pointer_shares(model, seq, ids.shape[1], len(new))
+            for word, g, s in zip(tok.convert_ids_to_tokens(new.tolist()), gate.tolist(), share.tolist(), strict=True):
+                print(f"  {word:>15s}  from_pointer={s:.3f}  g={g:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,42 @@
 """Configuration of the Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016)."""
 
-from dataclasses import field
+import dataclasses
+import difflib
 from itertools import pairwise
 
 from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 GATE_TYPES = ("sentinel", "switch")
+# Keys that are not fields yet reach __post_init__ from a config.json or from transformers itself: PreTrainedConfig
+# consumes them (dtype and label BC, attention settings, the checkpoint's name) or to_dict writes them (model_type,
+# auto_map). Generation settings are dropped by PreTrainedConfig on purpose (they belong in generation_config.json).
+TRANSFORMERS_KEYS = frozenset({
+    "model_type", "auto_map", "name_or_path", "_name_or_path", "_commit_hash", "torch_dtype", "num_labels",
+    "output_attentions", "attn_implementation", "experts_implementation", "per_layer_config", "quantization_config",
+    "_attn_implementation_internal", "_experts_implementation_internal", "_attn_implementation_autoset",
+})  # fmt: skip
+GENERATION_KEYS = frozenset(GenerationConfig().to_dict())
+
+
+def warn_unknown_keys(config, kwargs: dict):
+    """Warn about each key that is neither a field of `config` nor one transformers handles, naming the nearest field.
+
+    A warning, not an error, as transformers does it: every PreTrainedConfig subclass accepts unknown keyword
+    arguments (`accept_kwargs`, huggingface_hub's strict dataclasses) and PreTrainedConfig.__post_init__ keeps them as
+    attributes, so that a config.json written by a newer version (with fields this version lacks) or carrying a
+    user's own keys still loads. Raising would break that for this model alone; loading silently would hide a typo
+    such as `pointer_windw` behind the default.
+    """
+    fields = [f.name for f in dataclasses.fields(config)] + list(config.attribute_map)
+    for key in sorted(set(kwargs) - set(fields) - TRANSFORMERS_KEYS - GENERATION_KEYS):
+        near = difflib.get_close_matches(key, fields, n=1)
+        hint = f"did you mean {near[0]!r}?" if near else "no field has a similar name."
+        logger.warning(f"{type(config).__name__}: unknown key {key!r} (kept as an attribute, unused by the model); "
+                       f"{hint}")  # fmt: skip
 
 
 @strict
@@ -69,7 +99,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     weight_drop: float = 0.0
     zoneout: float = 0.0
     init_range: float = 0.1
-    adaptive_softmax_cutoffs: list[int] = field(default_factory=list)
+    adaptive_softmax_cutoffs: list[int] = dataclasses.field(default_factory=list)
     adaptive_softmax_div_value: float = 4.0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -77,6 +107,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):
+        warn_unknown_keys(self, kwargs)
         super().__post_init__(**kwargs)
         self.validate_architecture()
 

@@ -74,6 +74,34 @@ def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
     return torch.tensor(ids, dtype=torch.long)
 
 
+def group_lines(data, tokenizer, block_size: int, text_column: str = "text"):
+    """`transformers.Trainer` data with examples/train.py's stream: a `datasets.Dataset` of fixed-length blocks
+    (columns `input_ids` and `labels`, equal: the model shifts inside) cut from `encode_lines(tokenizer, lines)`,
+    the flat stream with `<eos>` after every line that train.py and evaluate.py use. No padding: the blocks
+    concatenate to the stream, whose last `len % block_size` tokens are dropped (as run_clm's `group_texts` does).
+
+    `data`: lines of text, or one split of a `datasets.Dataset` (its `text_column`). Batch the blocks with
+    `transformers.default_data_collator` (Trainer's default without a tokenizer): it keeps every `<eos>` label,
+    whereas `DataCollatorForLanguageModeling(mlm=False)` turns pad-token labels into -100, and this tokenizer's pad
+    token is `<eos>`, so a model trained through it never learns to end a line.
+    """
+    import datasets
+
+    if isinstance(data, datasets.DatasetDict):
+        raise TypeError(f"group_lines takes one split (e.g. data['train']), not a DatasetDict of {list(data)}.")
+    lines = list(data[text_column]) if isinstance(data, datasets.Dataset) else list(data)
+    if not all(isinstance(line, str) for line in lines):
+        raise TypeError("group_lines takes lines of text (str), or a datasets.Dataset with a text column.")
+    if block_size < 2:
+        raise ValueError(f"block_size must be >= 2 (a block of T tokens has T - 1 targets), got {block_size}.")
+    ids = encode_lines(tokenizer, lines)
+    n = ids.numel() // block_size
+    if n == 0:
+        raise ValueError(f"{ids.numel()} tokens cannot fill one block of {block_size}.")
+    blocks = ids[: n * block_size].view(n, block_size).numpy()
+    return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks.copy()})
+
+
 def unk_token_id(tokenizer) -> int | None:
     """The id words outside the vocabulary map to: the declared unk token, else the tokenizer model's own (the
     word-level tokenizer keeps `<unk>` an ordinary word); None for tokenizers without one (byte-level BPE)."""

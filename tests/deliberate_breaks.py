@@ -23,8 +23,9 @@ A = "tests/test_adaptive_softmax.py"
 E = "modeling_pointer_sentinel/evaluation.py"
 DYN = ["tests/test_dynamic_evaluation.py"]
 TOK = "modeling_pointer_sentinel/tokenization.py"
-TR = "modeling_pointer_sentinel/training.py"
 EXPORT = "examples/export_pretrained.py"
+G = "examples/generate.py"
+R = "benchmarks/run.py"
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -471,6 +472,71 @@ MUTS = [
         'model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}',
         'model = {**MODEL, "use_pointer": use_pointer}',
         ["tests/test_quality_runs.py"],
+    ),
+    ("clifix: unknown config key silent", C, "        warn_unknown_keys(self, kwargs)\n", "", ["tests/test_hf_fit.py"]),
+    (
+        "clifix: config warns on keys transformers writes",
+        C,
+        " - TRANSFORMERS_KEYS - GENERATION_KEYS",
+        " - GENERATION_KEYS",
+        ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: generate max_new_tokens unchecked",
+        G,
+        '("max_new_tokens", args.max_new_tokens >= 1, ">= 1")',
+        '("max_new_tokens", True, ">= 1")',
+        ["tests/test_cli.py"],
+    ),
+    ("clifix: generate top_p upper bound unchecked", G, "0 < args.top_p <= 1", "0 < args.top_p", ["tests/test_cli.py"]),
+    (
+        "clifix: show_gate prints 1 - g",
+        G,
+        'print(f"  {word:>15s}  from_pointer={s:.3f}  g={g:.3f}")',
+        'print(f"  {word:>15s}  from_pointer={1 - g:.3f}  g={g:.3f}")',
+        ["tests/test_cli.py"],
+    ),
+    (
+        "clifix: pointer share window shifted by one",
+        G,
+        "F.pad(context, (L - 1, 0), value=-1)",
+        "F.pad(context, (L, 0), value=-1)[:, :-1]",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "clifix: group_lines without encode_lines (no <eos>)",
+        TR,
+        "ids = encode_lines(tokenizer, lines)",
+        'ids = torch.tensor([i for line in lines for i in tokenizer(line)["input_ids"]])',
+        ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: group_lines masks <eos> labels",
+        TR,
+        '"labels": blocks.copy()',
+        '"labels": blocks * (blocks != tokenizer.eos_token_id) - 100 * (blocks == tokenizer.eos_token_id)',
+        ["tests/test_hf_fit.py"],
+    ),
+    (
+        "clifix: benchmark A column from side medians",
+        R,
+        "a=a[mid],",
+        "a=statistics.median(a),",
+        ["tests/test_benchmarks.py"],
+    ),
+    (
+        "clifix: benchmark target met on the median alone",
+        R,
+        '"met" if lo >= bound',
+        '"met" if summary["ratio"] >= bound',
+        ["tests/test_benchmarks.py"],
+    ),
+    (
+        "clifix: benchmark --write overwrites BENCHMARKS.md",
+        R,
+        'if out == ROOT / "BENCHMARKS.md" or (',
+        "if False and (",
+        ["tests/test_benchmarks.py"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 from conftest import ROOT, tiny_model
+from transformers import AutoTokenizer
 
 from modeling_pointer_sentinel import evaluation, plotting, training
 
@@ -87,6 +88,101 @@ def test_evaluate_and_generate_invalid_input_end_in_one_error_line(saved_model, 
     done = run_script("evaluate.py", saved_model, "--test_file", "nope.txt", cwd=tmp_path)
     assert_one_error_line(done, "does not exist")
     assert_one_error_line(run_script("generate.py", tmp_path / "no_model"), "no such model folder")
+
+
+def generate_main():
+    sys.path.insert(0, str(ROOT / "examples"))
+    from generate import main
+
+    return main
+
+
+class Done:  # what assert_one_error_line reads from a finished run
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+
+
+GENERATE_FLAG_MISTAKES = {
+    "max_new_tokens -1": (["--max_new_tokens", "-1"], "--max_new_tokens must be >= 1"),
+    "max_new_tokens 0": (["--max_new_tokens", "0"], "--max_new_tokens must be >= 1"),
+    "temperature 0": (["--do_sample", "--temperature", "0"], "--temperature must be a number > 0"),
+    "temperature nan": (["--do_sample", "--temperature", "nan"], "--temperature must be a number > 0"),
+    "top_k -1": (["--top_k", "-1"], "--top_k must be >= 0"),
+    "top_p 0": (["--top_p", "0"], "--top_p must be in (0, 1]"),
+    "top_p 1.5": (["--top_p", "1.5"], "--top_p must be in (0, 1]"),
+    "num_beams 0": (["--num_beams", "0"], "--num_beams must be >= 1"),
+    "num_return_sequences 0": (["--num_return_sequences", "0"], "--num_return_sequences must be >= 1"),
+    "repetition_penalty 0": (["--repetition_penalty", "0"], "--repetition_penalty must be a number > 0"),
+    "seed -1": (["--seed", "-1"], "--seed must be in [0, 2**32)"),
+    "more sequences than beams": (["--num_beams", "2", "--num_return_sequences", "3"], "must be <= --num_beams 2"),
+    "several greedy sequences": (["--num_return_sequences", "2"], "needs --do_sample or --num_beams"),
+    "show_gate without the mixture": (["--show_gate", "--no_pointer_mix"], "with --no_pointer_mix there is none"),
+    "show_gate without a pointer": (["--show_gate"], "has no pointer (use_pointer=False)"),
+}
+
+
+@pytest.mark.parametrize("case", list(GENERATE_FLAG_MISTAKES))
+def test_generate_out_of_range_flags_end_in_one_error_line(case, saved_model, tmp_path, capsys):
+    folder = saved_model
+    if case == "show_gate without a pointer":
+        folder = tmp_path / "plain"
+        tiny_model(use_pointer=False).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(saved_model).save_pretrained(folder)
+    flags, message = GENERATE_FLAG_MISTAKES[case]
+    with pytest.raises(SystemExit) as exit_info:
+        generate_main()([str(folder), "--prompt", "a b", *flags])
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_one_error_line(Done(exit_info.value.code, captured.err), message)
+
+
+def test_generate_pointer_shares_are_zero_off_the_window_and_match_the_gate_formula():
+    """share(w) = sum_{i: x_i = w} a_i / p_mix(w), checked against 1 - g p_vocab(w) / p_mix(w) from the logits."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from generate import pointer_shares
+
+    model = tiny_model(pointer_window=5).eval()
+    seq = torch.tensor([1, 2, 3, 1, 2, 4, 3, 4, 9])  # prompt of 5; 4 is outside its window, 3 and 4 then inside
+    gate, share = pointer_shares(model, seq, 5, 4)
+    with torch.no_grad():
+        out = model(seq[None, :-1])
+    words = seq[5:]
+    log_mix = out.logits[0, 4:].gather(-1, words[:, None]).squeeze(-1)
+    log_vocab = torch.log_softmax(out.vocab_logits[0, 4:], -1).gather(-1, words[:, None]).squeeze(-1)
+    g = out.gate[0, 4:]
+    want = 1 - g * (log_vocab - log_mix).exp()
+    torch.testing.assert_close(gate, g)
+    assert share[0] == 0 and share[3] == 0  # 4 before it entered the window; 9 never in it
+    assert share[1] > 0.05 and share[2] > 0.05
+    torch.testing.assert_close(share, want.clamp(min=0), atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(share, 1 - g, atol=1e-3)  # not the pointer's total share
+
+
+def test_generate_show_gate_prints_each_words_pointer_share(tmp_path, capsys):
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a b"])
+    model = tiny_model(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id)
+    with torch.no_grad():  # q = 0: uniform attention, most mass on the window, so greedy picks window words
+        model.pointer.sentinel.fill_(0.0)
+        model.pointer.query.weight.zero_()
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    generate_main()([str(tmp_path), "--prompt", "a b c a", "--max_new_tokens", "5", "--show_gate"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if "g=" in line]
+    assert rows
+    seq = torch.tensor(tok("a b c a")["input_ids"] + tok.convert_tokens_to_ids([r[0] for r in rows]))
+    with torch.no_grad():
+        out = model.eval()(seq[None, :-1])
+    at, words = slice(3, None), seq[4:]
+    p_mix = out.logits[0, at].gather(-1, words[:, None]).squeeze(-1).exp()
+    p_vocab = torch.softmax(out.vocab_logits[0, at], -1).gather(-1, words[:, None]).squeeze(-1)
+    want = (1 - out.gate[0, at] * p_vocab / p_mix).clamp(min=0)
+    got = torch.tensor([float(r[1].removeprefix("from_pointer=")) for r in rows])
+    torch.testing.assert_close(got, want, atol=6e-4, rtol=0)
+    assert got.max() > 0.1
+    torch.testing.assert_close(torch.tensor([float(r[2].removeprefix("g=")) for r in rows]), out.gate[0, at],
+                               atol=6e-4, rtol=0)  # fmt: skip
 
 
 def test_generate_stops_each_sample_at_its_first_eos_and_spaces_the_text(saved_model):

@@ -1,5 +1,6 @@
 """transformers conventions a user relies on: Trainer, shift_labels, padding, loading, generate kwargs, the card."""
 
+import json
 import logging
 import re
 from pathlib import Path
@@ -46,6 +47,39 @@ def test_trainer_trains_evaluates_and_predicts_like_a_gpt2(tmp_path, softmax):
     assert isinstance(pred.predictions, np.ndarray), type(pred.predictions)  # the logits alone, not a tuple
     assert pred.predictions.shape == (12, 10, 23)
     np.testing.assert_allclose(pred.predictions, out.logits.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_group_lines_gives_trainer_train_py_stream_with_every_eos_label_counted(tmp_path):
+    """The blocks concatenate to encode_lines' stream (train.py's: <eos> after every line, empty lines included),
+    and through Trainer's default collator every <eos> is a target: eval_loss is the mean over all T-1 targets
+    of each block. DataCollatorForLanguageModeling(mlm=False) would drop them (pad token = <eos>)."""
+    from datasets import Dataset
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments, default_data_collator
+
+    from modeling_pointer_sentinel.training import encode_lines, group_lines
+
+    lines = ["the game was released", "", "the game of the year", "was the year", "released in the year", "game"]
+    tok = build_word_level_tokenizer(lines)
+    eos, T = tok.eos_token_id, 4
+    stream = encode_lines(tok, lines)
+    for data in (lines, Dataset.from_dict({"text": lines})):
+        blocks = group_lines(data, tok, T)
+        ids = torch.tensor(blocks["input_ids"])
+        assert ids.shape[1] == T and torch.equal(torch.tensor(blocks["labels"]), ids)
+        assert torch.equal(ids.flatten(), stream[: ids.numel()]) and stream.numel() - ids.numel() < T
+    batch = default_data_collator([blocks[i] for i in range(len(blocks))])
+    assert (batch["labels"] == eos).sum() == (ids == eos).sum() > 0 and (batch["labels"] == -100).sum() == 0
+    dropped = DataCollatorForLanguageModeling(tok, mlm=False)([blocks[i] for i in range(len(blocks))])["labels"]
+    assert (dropped == eos).sum() == 0  # why the README recommends default_data_collator
+
+    model = tiny_model(vocab_size=len(tok), eos_token_id=eos).eval()
+    with torch.no_grad():
+        want = -model(ids, labels=ids).target_log_probs[:, :-1].double().mean().item()
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to=[], use_cpu=True)
+    trainer = Trainer(model=model, args=args, eval_dataset=blocks, data_collator=default_data_collator)
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="block_size must be >= 2"):
+        group_lines(lines, tok, 1)
 
 
 def test_shift_labels_win_over_labels():
@@ -133,6 +167,32 @@ def test_base_model_from_a_causal_lm_checkpoint_reports_nothing_unexpected(tmp_p
         AutoModel.from_pretrained(tmp_path)
     shown = capsys.readouterr().out + capsys.readouterr().err + caplog.text
     assert "UNEXPECTED" not in shown and "lm_head" not in shown and "pointer." not in shown, shown
+
+
+def config_warnings(caplog, folder):
+    from transformers import AutoModelForCausalLM
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="modeling_pointer_sentinel"):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    return model, [r.getMessage() for r in caplog.records if "unknown key" in r.getMessage()]
+
+
+def test_misspelt_config_key_warns_naming_the_field_and_transformers_keys_do_not(tmp_path, caplog):
+    """transformers keeps unknown config keys as attributes (configs from newer versions load), so a typo cannot
+    raise; it must not pass silently either. The keys transformers writes (and the older torch_dtype) stay quiet."""
+    tiny_model(pointer_window=7).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    assert {"transformers_version", "architectures", "auto_map", "dtype", "model_type"} <= set(saved)
+    path.write_text(json.dumps({**saved, "torch_dtype": "float32"}))
+    model, warned = config_warnings(caplog, tmp_path)
+    assert warned == [] and model.config.pointer_window == 7
+    del saved["pointer_window"]
+    path.write_text(json.dumps({**saved, "pointer_windw": 7}))
+    model, warned = config_warnings(caplog, tmp_path)
+    assert model.config.pointer_window == 100  # the default: what the warning is there to reveal
+    assert len(warned) == 1 and "'pointer_windw'" in warned[0] and "did you mean 'pointer_window'" in warned[0]
 
 
 def test_damaged_weights_file_gives_one_error_naming_the_folder(tmp_path):
