@@ -10,7 +10,6 @@ an out-of-range flag stops the script with one `error:` line on stderr and exit 
 """
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from transformers import set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, load_saved_model  # noqa: E402
+from cli import ArgumentParser, check_ranges, describe_ranges, load_saved_model  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 
@@ -52,21 +51,21 @@ def pointer_shares(model, seq: torch.Tensor, start: int, n: int) -> tuple[torch.
     return out.gate[0, at], mass / p_mix
 
 
+RANGES = [  # checked by cli.check_ranges (a float must also be finite) and stated in --help
+    ("--max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("--temperature", lambda v: v > 0, "a number > 0"),
+    ("--top_k", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("--top_p", lambda v: 0 < v <= 1, "in (0, 1] (1: off)"),
+    ("--num_beams", lambda v: v >= 1, ">= 1"),
+    ("--num_return_sequences", lambda v: v >= 1, ">= 1"),
+    ("--repetition_penalty", lambda v: v > 0, "a number > 0 (1: off)"),
+    ("--seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+]
+
+
 def check_flags(p, args):
     """Every numeric flag in range, and the combinations generate would refuse, as one error line each."""
-    for flag, ok, rule in (
-        ("max_new_tokens", args.max_new_tokens >= 1, ">= 1"),
-        ("temperature", math.isfinite(args.temperature) and args.temperature > 0, "a number > 0"),
-        ("top_k", args.top_k >= 0, ">= 0 (0: off)"),
-        ("top_p", 0 < args.top_p <= 1, "in (0, 1] (1: off)"),
-        ("num_beams", args.num_beams >= 1, ">= 1"),
-        ("num_return_sequences", args.num_return_sequences >= 1, ">= 1"),
-        ("repetition_penalty", math.isfinite(args.repetition_penalty) and args.repetition_penalty > 0,
-         "a number > 0 (1: off)"),
-        ("seed", 0 <= args.seed < 2**32, "in [0, 2**32)"),
-    ):  # fmt: skip
-        if not ok:
-            p.error(f"--{flag} must be {rule}, got {getattr(args, flag)}")
+    check_ranges(p, args, RANGES)
     if args.num_beams > 1 and args.num_return_sequences > args.num_beams:
         p.error(f"--num_return_sequences {args.num_return_sequences} must be <= --num_beams {args.num_beams}")
     if args.num_beams == 1 and not args.do_sample and args.num_return_sequences > 1:
@@ -93,6 +92,7 @@ def main(argv=None):
                    help="for each generated word w, print the share of its probability that came from the pointer, "
                    "sum_{i: x_i = w} a_i / p_mix(w) (0 for a word not in the window), and g, the weight of the "
                    "vocabulary softmax at that step")  # fmt: skip
+    describe_ranges(p, RANGES)
     args = p.parse_args(argv)
     check_flags(p, args)
     if not Path(args.model).is_dir():

@@ -484,11 +484,17 @@ MUTS = [
     (
         "clifix: generate max_new_tokens unchecked",
         G,
-        '("max_new_tokens", args.max_new_tokens >= 1, ">= 1")',
-        '("max_new_tokens", True, ">= 1")',
+        '("--max_new_tokens", lambda v: v >= 1, ">= 1")',
+        '("--max_new_tokens", lambda v: True, ">= 1")',
         ["tests/test_cli.py"],
     ),
-    ("clifix: generate top_p upper bound unchecked", G, "0 < args.top_p <= 1", "0 < args.top_p", ["tests/test_cli.py"]),
+    (
+        "clifix: generate top_p upper bound unchecked",
+        G,
+        "lambda v: 0 < v <= 1",
+        "lambda v: 0 < v",
+        ["tests/test_cli.py"],
+    ),
     (
         "clifix: show_gate prints 1 - g",
         G,
