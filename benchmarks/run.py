@@ -25,10 +25,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import NeuralCache, neural_cache_loop_reference  # noqa: E402
-from modeling_pointer_sentinel.training import make_segment, run_segment, segment_schedule  # noqa: E402
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    encode_lines,
+    load_text_splits,
+    make_segment,
+    run_segment,
+    segment_schedule,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITTEN_BY_US = "Command: `python benchmarks/run.py"  # first line of every file --write writes
+ADAPTIVE_CUTOFFS = [2000, 10000]  # examples/quality_runs.py's WT2_CUTOFFS
 
 
 def paired_summary(a: list[float], b: list[float]) -> dict:
@@ -105,7 +113,7 @@ def check_write_path(path: str | None) -> Path | None:
     return out
 
 
-def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=torch.float32, zoneout=0.0):
+def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=torch.float32, zoneout=0.0, **config):
     torch.manual_seed(0)
     cfg = PointerSentinelConfig(
         vocab_size=vocab,
@@ -116,6 +124,7 @@ def build(vocab, hidden, layers, window, use_pointer=True, device="cpu", dtype=t
         use_pointer=use_pointer,
         zoneout=zoneout,
         eos_token_id=0,
+        **config,
     )
     return PointerSentinelForCausalLM(cfg).to(device=device, dtype=dtype)
 
@@ -178,11 +187,22 @@ def trainer(model, scheme, B, bptt, stride, steps, device):
     return unit
 
 
-def hf_trainer(model, B, T, steps, device):
+def wikitext2_ids() -> torch.Tensor:
+    """The bundled WikiText-2 training split as ids of a tokenizer built on it (frequency order): an adaptive
+    softmax's cost depends on how the targets fall into its clusters, which random ids would misstate."""
+    lines = load_text_splits()["train"]
+    return encode_lines(build_word_level_tokenizer(lines), lines)
+
+
+def hf_trainer(model, B, T, steps, device, stream=None):
     """The public training call a transformers user makes: model(input_ids, labels=input_ids), backward, SGD step
-    (no cache between steps, as in Trainer). One unit = `steps` updates; returns the targets trained on."""
+    (no cache between steps, as in Trainer). One unit = `steps` updates on random ids, or on consecutive blocks of
+    `stream`; returns the targets trained on."""
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    ids = torch.randint(0, model.config.vocab_size, (steps, B, T), generator=torch.Generator().manual_seed(3))
+    if stream is None:
+        ids = torch.randint(0, model.config.vocab_size, (steps, B, T), generator=torch.Generator().manual_seed(3))
+    else:
+        ids = stream[: steps * B * T].view(steps, B, T)
     ids = ids.to(device)
     model.train()
 
@@ -196,9 +216,12 @@ def hf_trainer(model, B, T, steps, device):
     return unit
 
 
-def evaluator(model, B, T, chunks, device):
-    V = model.config.vocab_size
-    ids = torch.randint(0, V, (B, T * chunks + 1), generator=torch.Generator().manual_seed(1)).to(device)
+def evaluator(model, B, T, chunks, device, stream=None):
+    V, n = model.config.vocab_size, T * chunks + 1
+    if stream is None:
+        ids = torch.randint(0, V, (B, n), generator=torch.Generator().manual_seed(1)).to(device)
+    else:
+        ids = stream[: B * n].view(B, n).to(device)
 
     @torch.no_grad()
     def unit():
@@ -295,8 +318,8 @@ def main(argv=None):
         "--only",
         default=None,
         help="comma list of row groups: train,public,window,rerun,eval,decode,memory,cache,zoneout (default all of "
-        "these), "
-        "zoneout_compiled (opt-in: minutes of compilation)",
+        "these), zoneout_compiled (opt-in: minutes of compilation), adaptive (opt-in: the adaptive softmax against "
+        "the full one on WikiText-2's 33,278 words, 2x200 and 2x650 or 2x200 with --quick)",
     )
     ap.add_argument("--write", default=None,
                     help="write the results as a markdown table to this file, e.g. benchmarks/results_cpu.md; refuses "
@@ -412,6 +435,30 @@ def main(argv=None):
         if "cache" in groups:
             rows.append(benchmark_neural_cache(ptr, reps, quick, (">=", 20.0)))
         del ptr, plain
+    if "adaptive" in groups:  # WikiText-2's vocabulary, the pointer on: what the adaptive softmax buys
+        stream, steps = wikitext2_ids(), 2 if quick else 5
+        for H in (200,) if quick else (200, 650):
+            tag = f"2x{H} tied, V=33278, L={L}, cutoffs {ADAPTIVE_CUTOFFS}, WikiText-2 ids"
+            kw = dict(tie_word_embeddings=True)
+            ada = build(33278, H, 2, L, True, dev, dtype, adaptive_softmax_cutoffs=ADAPTIVE_CUTOFFS, **kw)
+            full = build(33278, H, 2, L, True, dev, dtype, **kw)
+            add(
+                f"train targets/s, model(ids, labels=ids) adaptive / full softmax, B=32 T=35 ({tag})",
+                hf_trainer(ada, 32, 35, steps, dev, stream),
+                hf_trainer(full, 32, 35, steps, dev, stream),
+                "targets/s",
+                (">=", 3.0) if H == 200 else None,
+            )
+            add(
+                f"eval tokens/s, adaptive / full softmax ({tag})",
+                evaluator(ada, 10, 200, 2 if quick else 5, dev, stream),
+                evaluator(full, 10, 200, 2 if quick else 5, dev, stream),
+                "tok/s",
+            )
+            n = 20 if quick else 50
+            rows.append(latency_compare(f"decode latency, adaptive / full softmax, 10-token prompt ({tag})",
+                                        decoder(ada, 10, n, dev), decoder(full, 10, n, dev), reps, dev))  # fmt: skip
+            del ada, full
     if write:
         cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
         write.write_text(markdown(rows, cmd, header))
