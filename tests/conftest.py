@@ -22,6 +22,27 @@ def tiny_model(seed=0, **overrides) -> PointerSentinelForCausalLM:
     return PointerSentinelForCausalLM(tiny_config(**overrides))
 
 
+def evaluate_script():
+    """examples/evaluate.py's main (the examples folder is not a package)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from evaluate import main
+
+    return main
+
+
+def evaluation_files(folder: Path, repeats: int):
+    """A small learnable corpus as train/valid/test files in `folder`: its lines, a tokenizer built on them, and the
+    data flags that name the files."""
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * repeats
+    for split in ("train", "valid", "test"):
+        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    files = ["--train_file", str(folder / "train.txt"), "--validation_file", str(folder / "valid.txt"),
+             "--test_file", str(folder / "test.txt")]  # fmt: skip
+    return lines, build_word_level_tokenizer(lines), files
+
+
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -8,7 +8,7 @@ import types
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import evaluate_script, evaluation_files, tiny_model
 
 from modeling_pointer_sentinel import PointerSentinelCache
 from modeling_pointer_sentinel.evaluation import (
@@ -285,21 +285,10 @@ def test_grid_search_rows_and_progress():
 
 
 def test_evaluate_script_dynamic(tmp_path, capsys):
-    import sys
-
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from evaluate import main
-
-    lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * 10
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    tok = build_word_level_tokenizer(lines)
+    main = evaluate_script()
+    _, tok, files = evaluation_files(tmp_path, 10)
     tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
-    files = ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt"),
-             "--test_file", str(tmp_path / "test.txt")]  # fmt: skip
     res = main([str(tmp_path / "m"), *files, "--batch_size", "1", "--bptt", "5", "--cache", "--dynamic",
                 "--dynamic_grid", "--dynamic_grid_lrs", "0", "1e-3", "--dynamic_grid_lambdas", "0", "0.01",
                 "--dynamic_grid_segments", "5", "--dynamic_stats_batch_size", "2", "--dynamic_pointer_off",

@@ -4,7 +4,7 @@ import types
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import evaluate_script, evaluation_files, tiny_model
 
 from modeling_pointer_sentinel.evaluation import (
     NeuralCache,
@@ -119,22 +119,11 @@ def test_gate_statistics_and_pictures(tmp_path):
 
 
 def test_evaluate_script_end_to_end(tmp_path, capsys):
-    import sys
-
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from evaluate import main
-
-    lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * 20
-    for split in ("train", "valid", "test"):
-        (tmp_path / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    tok = build_word_level_tokenizer(lines)
+    main = evaluate_script()
+    lines, tok, files = evaluation_files(tmp_path, 20)
     for name, seed in (("a", 0), ("b", 1)):
         tiny_model(seed=seed, vocab_size=len(tok)).save_pretrained(tmp_path / name)
         tok.save_pretrained(tmp_path / name)
-    files = ["--train_file", str(tmp_path / "train.txt"), "--validation_file", str(tmp_path / "valid.txt"),
-             "--test_file", str(tmp_path / "test.txt")]  # fmt: skip
     res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--compare", str(tmp_path / "b"),
                 "--plots", str(tmp_path / "plots"), "--output_json", str(tmp_path / "r.json")])  # fmt: skip
     n_tokens = sum(len(line.split()) + 1 for line in lines)
@@ -205,11 +194,7 @@ def test_pointer_picture_html_escapes_words(tmp_path):
 def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path, capsys):
     import sys
 
-    from conftest import ROOT
-
-    sys.path.insert(0, str(ROOT / "examples"))
-    from evaluate import main
-
+    main = evaluate_script()
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as stop:  # before the (nonexistent) model is even looked at
         main([str(tmp_path / "no_model"), "--plots", str(tmp_path / "plots")])

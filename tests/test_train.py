@@ -423,15 +423,18 @@ def test_torch_compile_training_follows_eager_training(corpus, tmp_path):
 RECIPES = sorted(p for p in (ROOT / "examples" / "configs").glob("*.json") if p.stem != "tiny_test")
 
 
-@pytest.fixture(scope="module")
-def patterned_corpus(tmp_path_factory):
-    """Ten sentences repeated in random order."""
-    d = tmp_path_factory.mktemp("patterned")
-    rng = random.Random(1)
-    sentences = [" ".join(f"w{rng.randrange(30)}" for _ in range(rng.randint(4, 9))) for _ in range(10)]
-    for split, n in (("train", 400), ("valid", 30), ("test", 30)):
+def repeated_sentences(d, seed: int, words: int, lengths: tuple[int, int], lines: tuple[int, int, int]):
+    """Ten sentences of `words` words repeated in random order (learnable): train, valid and test files in d."""
+    rng = random.Random(seed)
+    sentences = [" ".join(f"w{rng.randrange(words)}" for _ in range(rng.randint(*lengths))) for _ in range(10)]
+    for split, n in zip(("train", "valid", "test"), lines, strict=True):
         (d / f"{split}.txt").write_text("\n".join(rng.choice(sentences) for _ in range(n)) + "\n")
     return d
+
+
+@pytest.fixture(scope="module")
+def patterned_corpus(tmp_path_factory):
+    return repeated_sentences(tmp_path_factory.mktemp("patterned"), 1, 30, (4, 9), (400, 30, 30))
 
 
 def test_gains_below_min_improvement_decay_the_lr_and_stop_training(patterned_corpus, tmp_path):
@@ -488,13 +491,8 @@ def test_each_shipped_recipe_trains_the_tiny_model(recipe, patterned_corpus, tmp
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
-    """Ten sentences repeated (learnable): about 20 updates per epoch with the tiny config."""
-    d = tmp_path_factory.mktemp("small")
-    rng = random.Random(2)
-    sentences = [" ".join(f"w{rng.randrange(20)}" for _ in range(rng.randint(4, 8))) for _ in range(10)]
-    for split, n in (("train", 60), ("valid", 12), ("test", 12)):
-        (d / f"{split}.txt").write_text("\n".join(rng.choice(sentences) for _ in range(n)) + "\n")
-    return d
+    """About 20 updates per epoch with the tiny config."""
+    return repeated_sentences(tmp_path_factory.mktemp("small"), 2, 20, (4, 8), (60, 12, 12))
 
 
 def small_args(corpus, out, *extra, validation=True):
