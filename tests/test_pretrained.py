@@ -178,6 +178,16 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     done = subprocess.run(evaluate, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((tmp_path / "eval.json").read_text())["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-9)
+    # the README's demo: samples through pipeline, then the card's figure from the same test file
+    demo = [sys.executable, str(ROOT / "examples" / "try_pretrained.py"), "--model", str(out), "--max_new_tokens", "5"]
+    done = subprocess.run([*demo, "--test_file", str(tmp_path / "test.txt")], capture_output=True, text=True,
+                          cwd=tmp_path, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("sample: ") == 2 and f"test perplexity {record['test']['ppl']:.2f} over" in done.stdout
+    done = subprocess.run(demo, capture_output=True, text=True, cwd=tmp_path, env=env)  # PTB is not bundled
+    assert (
+        done.returncode == 0 and "not scored" in done.stdout and "test perplexity" not in done.stdout.splitlines()[-1]
+    )
 
     done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 2 and "--overwrite" in done.stderr  # an existing folder is not replaced silently
