@@ -90,11 +90,12 @@ def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: in
     return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
 
 
-def load_recipe(path: str | None) -> dict:
+def load_recipe(path: str | None, dataset: str) -> dict:
     if not path:
         return {}
     recipe = json.loads(Path(path).read_text())
-    if "training" in recipe:  # results/converged/results.json
+    recipe = recipe.get("runs", {}).get(dataset, recipe)  # results/converged/results.json: this dataset's run
+    if "training" in recipe:
         return {k: recipe[k] for k in ("model", "training", "command", "revision") if k in recipe}
     return {"model": recipe.get("model", {}), "training": {k: v for k, v in recipe.items() if k != "model"}}
 
@@ -146,7 +147,7 @@ def main(argv=None):
     test_file = display_path(args.test_file) if args.test_file else "wiki.test.tokens.xz"
     valid_file = display_path(args.validation_file) if args.validation_file else "wiki.valid.tokens.xz"
     data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
-    recipe = load_recipe(args.recipe)
+    recipe = load_recipe(args.recipe, args.dataset)
     train_results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
     record = {
         "model": name,

@@ -551,6 +551,13 @@ MUTS = [
         "streams = streams_for(ids, 1, None)",
         ["tests/test_pretrained.py::test_export_a_trained_run_end_to_end"],
     ),
+    (
+        "pretrained recipe read from the top of results.json",
+        "examples/export_pretrained.py",
+        'recipe = recipe.get("runs", {}).get(dataset, recipe)',
+        "pass",
+        ["tests/test_pretrained.py::test_export_takes_the_recipe_of_its_dataset_from_the_converged_results"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

@@ -193,6 +193,18 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     assert done.returncode == 2 and "--overwrite" in done.stderr  # an existing folder is not replaced silently
 
 
+def test_export_takes_the_recipe_of_its_dataset_from_the_converged_results():
+    """--recipe results/converged/results.json: the card's recipe is the run of the exported dataset."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from export_pretrained import load_recipe
+
+    path = ROOT / "results" / "converged" / "results.json"
+    run = json.loads(path.read_text())["runs"]["ptb"]
+    recipe = load_recipe(str(path), "ptb")
+    assert recipe["model"] == run["model"] and recipe["training"] == run["training"]
+    assert recipe["command"] == run["command"] and recipe["revision"] == run["revision"]
+
+
 def test_pretrained_is_not_installed_as_package_data():
     """pretrained/ is data of the repository: the wheel holds the package alone (explicit package list, no
     discovery), so the weights never land in site-packages."""
