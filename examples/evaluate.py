@@ -226,11 +226,12 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
         stats = gradient_statistics(model, ids["train"], tokens, args.dynamic_stats_batch_size, STATS_SEGMENT,
                                     objective, progress=bar)  # fmt: skip
     out = {}
-    lr, lam, segment = args.dynamic_lr, args.dynamic_lambda, args.dynamic_segment
+    lr, lam, segment, grid_tokens = args.dynamic_lr, args.dynamic_lambda, args.dynamic_segment, None
     if args.dynamic_grid:
         points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s) for s in args.dynamic_grid_segments
                   for x in args.dynamic_grid_lrs for y in args.dynamic_grid_lambdas]  # fmt: skip
         val = ids["validation"][: args.dynamic_grid_tokens + 1]
+        grid_tokens = val.numel() - 1
         with tqdm(total=len(points), desc=f"dynamic grid (validation){label}", unit="point") as bar:
             grid = dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=bar)
         out[f"dynamic_grid{suffix}"] = grid
@@ -245,7 +246,8 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     out[f"ppl_dynamic{suffix}"] = dyn.perplexity()
     out[key] = dict(lr=lr, lam=lam, segment_length=segment, epsilon=args.dynamic_epsilon, objective=objective,
                     stats_tokens=stats.tokens, stats_batch_size=args.dynamic_stats_batch_size,
-                    stats_segment_length=STATS_SEGMENT, tokens=dyn.targets.numel(), seconds=round(seconds, 1),
+                    stats_segment_length=STATS_SEGMENT, grid_tokens=grid_tokens, tokens=dyn.targets.numel(),
+                    seconds=round(seconds, 1),
                     static_ppl_batch_1=static.perplexity(pointer=objective == "mixture"))  # fmt: skip
     if need_hidden:
         cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)

@@ -5,6 +5,7 @@ switched off (g = 1).
 
     python examples/quality_runs.py --converge --data DIR                  # PTB to convergence (4.6 h measured)
     python examples/quality_runs.py --converge --datasets wt2 --data DIR   # WikiText-2 to convergence
+    python examples/quality_runs.py --dynamic --data DIR                   # then PTB's dynamic evaluation rows
     python examples/quality_runs.py --minutes 20 --data DIR                # PTB and WikiText-2, 20 minutes per model
 
 DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{train,valid,test}.tokens; without
@@ -16,6 +17,10 @@ stopped.
 WikiText-2 (33,278 words) uses an adaptive softmax (WT2_CUTOFFS) in both models, the same recipe otherwise. Each
 dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}, "wt2": ...,
 "runs": {dataset: model, recipe, revision, command, validation curves}}) and writes OUT/<dataset>_learning_curves.png.
+--dynamic (after --converge): Krause et al.'s dynamic evaluation of both converged models (the run in OUT, else
+the shipped folder in pretrained/), at batch size 1 with lr, lambda and segment length chosen on the first 10,000
+validation tokens, and the neural cache on top; adds <kind>_dynamic and <kind>_dynamic_cache rows to the dataset's
+block, each with its settings and the examples/evaluate.py command that reproduces it.
 --minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
 pictures to OUT/<dataset>_plots/.
 
@@ -24,6 +29,7 @@ The two models of a dataset train at the same time, one CPU thread each, so they
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -46,6 +52,12 @@ TITLES = {"ptb": "PTB", "wt2": "WikiText-2"}
 HUB = {"ptb": ["--dataset_name", "ptb_text_only"], "wt2": ["--dataset_name", "wikitext", "--dataset_config_name",
                                                             "wikitext-2-v1"]}  # fmt: skip
 KINDS = (("plain", False), ("pointer", True))
+SHIPPED = {"ptb": {"pointer": "ptb-pointer-sentinel-lstm-2x200", "plain": "ptb-lstm-2x200"},
+           "wt2": {"pointer": "wt2-pointer-sentinel-lstm-2x200", "plain": "wt2-lstm-2x200"}}  # fmt: skip
+# Krause et al.'s dynamic evaluation at batch size 1: lr, lambda and segment length chosen on the first validation
+# tokens; the neural cache on top takes its window, theta and lambda from the static model's validation grid.
+DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_grid_segments", "5", "20",
+           "--dynamic_grid_tokens", "10000", "--cache_grid"]  # fmt: skip
 
 
 def data_flags(data: Path | None, name: str) -> list[str]:
@@ -81,16 +93,29 @@ def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: l
     return runs
 
 
-def evaluate(run_dir: Path, name: str, data: Path | None, out_json: Path, *extra: str) -> dict:
-    """examples/evaluate.py on one model (test split unless extra says otherwise: batch 10, BPTT 200, state carried)."""
-    cmd = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(run_dir), *data_flags(data, name),
-           "--output_json", str(out_json), *extra]  # fmt: skip
-    t0 = time.time()
-    with open(out_json.with_suffix(".log"), "w") as log:
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=log)
-    result = json.loads(out_json.read_text())
-    result["eval_minutes"] = (time.time() - t0) / 60
-    return result
+def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | None) -> list[dict]:
+    """examples/evaluate.py on each (model, dataset, out_json, extra flags) at once, one CPU thread each (test split
+    unless the flags say otherwise: batch 10, BPTT 200, state carried)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per process: two on a shared 2-core CPU thrash
+    t0, procs = time.time(), []
+    for model, name, out_json, extra in jobs:
+        cmd = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(model), *data_flags(data, name),
+               "--output_json", str(out_json), *extra]  # fmt: skip
+        log = open(out_json.with_suffix(".log"), "w")
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json))
+    results = []
+    for proc, log, out_json in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"evaluation failed: see {out_json.with_suffix('.log')}")
+        log.close()
+        result = json.loads(out_json.read_text())
+        result["eval_minutes"] = (time.time() - t0) / 60
+        results.append(result)
+    return results
+
+
+def evaluate(model: Path, name: str, data: Path | None, out_json: Path, *extra: str) -> dict:
+    return evaluate_all([(model, name, out_json, list(extra))], data)[0]
 
 
 def validation_curve(log_jsonl: Path) -> dict[int, float]:
@@ -129,10 +154,11 @@ def converge(out: Path, data: Path | None, name: str) -> dict:
     """One dataset to convergence: both models until validation stops improving; its block joins results.json."""
     runs = train_pair(name, out, data, CONVERGE, ["--resume_from_checkpoint", "latest"])
     train = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
-    plain = evaluate(runs["plain"], name, data, out / f"{name}_plain.eval.json", "--cache_grid")
-    pointer = evaluate(runs["pointer"], name, data, out / f"{name}_pointer.eval.json")
-    pointer_val = evaluate(runs["pointer"], name, data, out / f"{name}_pointer.valid.eval.json", "--split",
-                           "validation")  # fmt: skip
+    plain, pointer, pointer_val = evaluate_all([
+        (runs["plain"], name, out / f"{name}_plain.eval.json", ["--cache_grid"]),
+        (runs["pointer"], name, out / f"{name}_pointer.eval.json", []),
+        (runs["pointer"], name, out / f"{name}_pointer.valid.eval.json", ["--split", "validation"]),
+    ], data)  # fmt: skip
 
     def row(kind, test_ppl, valid_ppl, **more):
         t = train[kind]
@@ -161,6 +187,41 @@ def converge(out: Path, data: Path | None, name: str) -> dict:
     }
     plot_learning_curves(curves, out / f"{name}_learning_curves.png",
                          f"{TITLES[name]}, 2x200: validation perplexity per epoch")  # fmt: skip
+    path.write_text(json.dumps(results, indent=2))
+    return results
+
+
+def dynamic(out: Path, data: Path | None, name: str) -> dict:
+    """Dynamic evaluation (and the neural cache on top) of a converged dataset's two models; its rows join the
+    dataset's block. Each model is the run this script trained in OUT, or else its shipped folder in pretrained/."""
+    path = out / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if name not in results:
+        raise SystemExit(f"--dynamic: {path} has no {name!r} block; run --converge --datasets {name} first")
+    jobs, models = [], {}
+    for kind, _ in KINDS:
+        run_dir, shipped = out / f"{name}_{kind}", ROOT / "pretrained" / SHIPPED[name][kind]
+        models[kind] = run_dir if (run_dir / "config.json").exists() else shipped
+        if not (models[kind] / "config.json").exists():
+            raise SystemExit(f"--dynamic: no {name} {kind} model in {run_dir} or {shipped}")
+        jobs.append((models[kind], name, out / f"{name}_{kind}.dynamic.json", DYNAMIC))
+    evals = dict(zip(models, evaluate_all(jobs, data), strict=True))
+    block = results[name]
+    for kind, ev in evals.items():
+        d, best = ev["dynamic"], ev["dynamic_grid_best_on_validation"]
+        where = models[kind].relative_to(ROOT) if models[kind].is_relative_to(ROOT) else models[kind]
+        flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])
+        run = {"epochs": block[kind]["epochs"], "params": block[kind]["params"],
+               "dynamic": {k: d[k] for k in ("lr", "lam", "segment_length", "epsilon", "stats_tokens")},
+               "static_test_ppl_batch_1": d["static_ppl_batch_1"], "dynamic_test_seconds": d["seconds"],
+               "eval_minutes": ev["eval_minutes"],
+               "command": f"python examples/evaluate.py {where} {flags}"}  # fmt: skip
+        # the grid's validation figure covers its first grid_tokens tokens, not the whole split
+        block[f"{kind}_dynamic"] = {"test_ppl": ev["ppl_dynamic"], "valid_ppl": best["ppl"],
+                                    "valid_tokens": d["grid_tokens"], **run}  # fmt: skip
+        c = ev["cache"]
+        block[f"{kind}_dynamic_cache"] = {"test_ppl": ev["ppl_dynamic_with_cache"], "valid_ppl": None, **run,
+                                          "cache": {k: c[k] for k in ("window", "theta", "lam")}}  # fmt: skip
     path.write_text(json.dumps(results, indent=2))
     return results
 
@@ -210,6 +271,7 @@ def budget(out: Path, data: Path | None, datasets: list[str], minutes: float) ->
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--converge", action="store_true", help="PTB until validation stops improving (not a budget)")
+    ap.add_argument("--dynamic", action="store_true", help="dynamic evaluation of converged models (after --converge)")
     ap.add_argument("--minutes", type=float, default=20.0, help="training budget per model (without --converge)")
     ap.add_argument("--data", help="folder with ptb/ and wikitext-2/ text files (default: the Hub datasets)")
     ap.add_argument("--out", help="output folder (default: results/converged or results/quality)")
@@ -218,17 +280,20 @@ def main(argv=None):
     data = Path(args.data) if args.data else None
     if data is not None and not data.is_dir():
         ap.error(f"--data {data} is not a folder")
-    out = Path(args.out or ROOT / "results" / ("converged" if args.converge else "quality"))
+    out = Path(args.out or ROOT / "results" / ("converged" if args.converge or args.dynamic else "quality"))
     out.mkdir(parents=True, exist_ok=True)
-    names = (args.datasets or ("ptb" if args.converge else "ptb,wt2")).split(",")
+    if args.converge and args.dynamic:
+        ap.error("--converge and --dynamic are separate steps: run --converge, then --dynamic")
+    names = (args.datasets or ("ptb" if args.converge or args.dynamic else "ptb,wt2")).split(",")
     if unknown := set(names) - set(HUB):
         ap.error(f"--datasets: unknown {sorted(unknown)}; choose from {sorted(HUB)}")
-    if not args.converge:
+    if not (args.converge or args.dynamic):
         return budget(out, data, names, args.minutes)
     for name in names:
-        results = converge(out, data, name)
+        results = dynamic(out, data, name) if args.dynamic else converge(out, data, name)
         for kind, row in results[name].items():
-            print(f"{name} {kind:12s} valid {row['valid_ppl']:7.2f}  test {row['test_ppl']:7.2f}  ({row['stopped']})")
+            valid = "      —" if row["valid_ppl"] is None else f"{row['valid_ppl']:7.2f}"
+            print(f"{name} {kind:20s} valid {valid}  test {row['test_ppl']:7.2f}")
     return results
 
 

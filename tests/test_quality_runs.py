@@ -4,9 +4,11 @@ others', with WikiText-2's models on the adaptive softmax. Tiny models and corpo
 import json
 import math
 import random
+import shlex
 import sys
 
-from conftest import ROOT
+import pytest
+from conftest import ROOT, evaluate_script
 
 sys.path.insert(0, str(ROOT / "examples"))
 import quality_runs  # noqa: E402
@@ -27,21 +29,32 @@ def write_corpora(root):
             (root / folder / pattern.format(split)).write_text("\n".join(lines) + "\n")
 
 
-def test_converge_adds_each_dataset_block_beside_the_others(tmp_path, monkeypatch):
-    data, out = tmp_path / "data", tmp_path / "out"
+TINY_MODEL = {"embedding_size": 16, "hidden_size": 16, "num_layers": 1, "pointer_window": 8}
+TINY_TRAINING = {"bptt": 10, "per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "num_train_epochs": 2}
+TINY_DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_grid_segments", "5", "20",
+                "--dynamic_grid_tokens", "60", "--dynamic_grid_lrs", "1e-4", "1e-2", "--dynamic_grid_lambdas", "1e-3",
+                "--dynamic_stats_tokens", "400", "--cache_grid"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def converged(tmp_path_factory):
+    """Both datasets converged (tiny), one command each: (data, out, the PTB-only results, results after WT2)."""
+    root = tmp_path_factory.mktemp("quality")
+    data, out = root / "data", root / "out"
     write_corpora(data)
     out.mkdir()
-    monkeypatch.setattr(quality_runs, "MODEL", {**quality_runs.MODEL, "embedding_size": 16, "hidden_size": 16,
-                                                "num_layers": 1, "pointer_window": 8})  # fmt: skip
-    small = {"bptt": 10, "per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "num_train_epochs": 2}
-    monkeypatch.setattr(quality_runs, "CONVERGE", {**quality_runs.CONVERGE, **small})
-    monkeypatch.setattr(quality_runs, "DATASET_MODEL", {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": [10, 25]}})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(quality_runs, "MODEL", {**quality_runs.MODEL, **TINY_MODEL})
+        mp.setattr(quality_runs, "CONVERGE", {**quality_runs.CONVERGE, **TINY_TRAINING})
+        mp.setattr(quality_runs, "DATASET_MODEL", {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": [10, 25]}})
+        quality_runs.main(["--converge", "--data", str(data), "--out", str(out)])
+        ptb = json.loads((out / "results.json").read_text())
+        quality_runs.main(["--converge", "--datasets", "wt2", "--data", str(data), "--out", str(out)])
+    return data, out, ptb, json.loads((out / "results.json").read_text())
 
-    quality_runs.main(["--converge", "--data", str(data), "--out", str(out)])
-    ptb = json.loads((out / "results.json").read_text())
-    quality_runs.main(["--converge", "--datasets", "wt2", "--data", str(data), "--out", str(out)])
-    results = json.loads((out / "results.json").read_text())
 
+def test_converge_adds_each_dataset_block_beside_the_others(converged):
+    data, out, ptb, results = converged
     assert results["ptb"] == ptb["ptb"] and results["runs"]["ptb"] == ptb["runs"]["ptb"]  # kept, not overwritten
     for name in ("ptb", "wt2"):
         assert set(results[name]) == ROWS
@@ -56,3 +69,30 @@ def test_converge_adds_each_dataset_block_beside_the_others(tmp_path, monkeypatc
         trained = json.loads((out / f"wt2_{kind}" / "config.json").read_text())
         assert trained["adaptive_softmax_cutoffs"] == [10, 25] and trained["use_pointer"] == (kind == "pointer")
         assert json.loads((out / f"ptb_{kind}" / "config.json").read_text())["adaptive_softmax_cutoffs"] == []
+
+
+def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
+    data, out, _, before = converged
+    monkeypatch.setattr(quality_runs, "DYNAMIC", TINY_DYNAMIC)
+    with pytest.raises(SystemExit, match="no 'ptb' block"):
+        quality_runs.main(["--dynamic", "--data", str(data), "--out", str(out / "elsewhere")])
+    quality_runs.main(["--dynamic", "--data", str(data), "--out", str(out)])
+    results = json.loads((out / "results.json").read_text())
+
+    new = {f"{k}_dynamic{c}" for k in ("plain", "pointer") for c in ("", "_cache")}
+    assert set(results["ptb"]) == ROWS | new
+    assert {k: results["ptb"][k] for k in ROWS} == {k: before["ptb"][k] for k in ROWS}  # the static rows are kept
+    assert results["wt2"] == before["wt2"] and results["runs"] == before["runs"]
+    for kind in ("plain", "pointer"):
+        row, ev = results["ptb"][f"{kind}_dynamic"], json.loads((out / f"ptb_{kind}.dynamic.json").read_text())
+        assert row["test_ppl"] == ev["ppl_dynamic"] and row["valid_ppl"] == ev["dynamic_grid_best_on_validation"]["ppl"]
+        assert row["valid_tokens"] == 60 and row["dynamic"]["segment_length"] in (5, 20)
+        assert math.isfinite(results["ptb"][f"{kind}_dynamic_cache"]["test_ppl"])
+        assert results["ptb"][f"{kind}_dynamic_cache"]["cache"] == {
+            k: ev["cache"][k] for k in ("window", "theta", "lam")
+        }
+        # the recorded command, with DIR the data folder, gives the row's figure
+        argv = [a.replace("DIR/", f"{data}/") for a in shlex.split(row["command"])[2:]]
+        assert argv[0] == str(out / f"ptb_{kind}")
+        again = evaluate_script()(argv)
+        assert math.isclose(again["ppl_dynamic"], row["test_ppl"], rel_tol=1e-6)
