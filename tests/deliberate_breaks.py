@@ -462,8 +462,8 @@ MUTS = [
     (
         "quality runs: results.json rewritten without the other datasets",
         "examples/quality_runs.py",
-        "results = json.loads(path.read_text()) if path.exists() else {}",
-        "results = {}",
+        "results = json.loads(path.read_text()) if path.exists() else {}\n    results[name] = {",
+        "results = {}\n    results[name] = {",
         ["tests/test_quality_runs.py"],
     ),
     (
