@@ -118,6 +118,11 @@ def evaluate(model: Path, name: str, data: Path | None, out_json: Path, *extra: 
     return evaluate_all([(model, name, out_json, list(extra))], data)[0]
 
 
+def saved_results(path: Path) -> dict:
+    """OUT/results.json as written so far (every dataset's block), or {} before the first."""
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def validation_curve(log_jsonl: Path) -> dict[int, float]:
     """Validation perplexity per epoch (1-based) from train.py's log; a resumed run's repeated epochs keep the last."""
     curve = {}
@@ -167,7 +172,7 @@ def converge(out: Path, data: Path | None, name: str) -> dict:
 
     best = plain["cache_grid_best_on_validation"]
     path = out / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = saved_results(path)
     results[name] = {
         "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
         "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
@@ -195,7 +200,7 @@ def dynamic(out: Path, data: Path | None, name: str) -> dict:
     """Dynamic evaluation (and the neural cache on top) of a converged dataset's two models; its rows join the
     dataset's block. Each model is the run this script trained in OUT, or else its shipped folder in pretrained/."""
     path = out / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
+    results = saved_results(path)
     if name not in results:
         raise SystemExit(f"--dynamic: {path} has no {name!r} block; run --converge --datasets {name} first")
     jobs, models = [], {}
@@ -207,10 +212,10 @@ def dynamic(out: Path, data: Path | None, name: str) -> dict:
         jobs.append((models[kind], name, out / f"{name}_{kind}.dynamic.json", DYNAMIC))
     evals = dict(zip(models, evaluate_all(jobs, data), strict=True))
     block = results[name]
+    flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])
     for kind, ev in evals.items():
         d, best = ev["dynamic"], ev["dynamic_grid_best_on_validation"]
         where = models[kind].relative_to(ROOT) if models[kind].is_relative_to(ROOT) else models[kind]
-        flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])
         run = {"epochs": block[kind]["epochs"], "params": block[kind]["params"],
                "dynamic": {k: d[k] for k in ("lr", "lam", "segment_length", "epsilon", "stats_tokens")},
                "static_test_ppl_batch_1": d["static_ppl_batch_1"], "dynamic_test_seconds": d["seconds"],
@@ -281,9 +286,9 @@ def main(argv=None):
     if data is not None and not data.is_dir():
         ap.error(f"--data {data} is not a folder")
     out = Path(args.out or ROOT / "results" / ("converged" if args.converge or args.dynamic else "quality"))
-    out.mkdir(parents=True, exist_ok=True)
     if args.converge and args.dynamic:
         ap.error("--converge and --dynamic are separate steps: run --converge, then --dynamic")
+    out.mkdir(parents=True, exist_ok=True)
     names = (args.datasets or ("ptb" if args.converge or args.dynamic else "ptb,wt2")).split(",")
     if unknown := set(names) - set(HUB):
         ap.error(f"--datasets: unknown {sorted(unknown)}; choose from {sorted(HUB)}")

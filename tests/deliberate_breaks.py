@@ -462,7 +462,7 @@ MUTS = [
     (
         "quality runs: results.json rewritten without the other datasets",
         "examples/quality_runs.py",
-        "results = json.loads(path.read_text()) if path.exists() else {}\n    results[name] = {",
+        "results = saved_results(path)\n    results[name] = {",
         "results = {}\n    results[name] = {",
         ["tests/test_quality_runs.py"],
     ),
