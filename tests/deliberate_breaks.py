@@ -481,10 +481,10 @@ MUTS = [
         ["tests/test_quality_runs.py"],
     ),
     (
-        "quality runs dynamic: recorded command drops the batch size",
+        "quality runs dynamic: recorded command drops --dynamic",
         "examples/quality_runs.py",
         'flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])',
-        'flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC[2:]])',
+        'flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC[3:]])',
         ["tests/test_quality_runs.py"],
     ),
     (
