@@ -348,6 +348,13 @@ MUTS = [
         [A],
     ),
     (
+        "adaptive: full softmax bias drawn at init",
+        M,
+        "init.zeros_(module.bias)",
+        "init.uniform_(module.bias, -r, r)",
+        [f"{A}::test_empty_cutoffs_equal_the_full_softmax_model"],
+    ),
+    (
         "dynamic: peeks (updates on a segment before scoring it)",
         E,
         "out = _forward(m, x, y, cache)\n        parts.append(",

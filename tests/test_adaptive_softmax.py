@@ -51,7 +51,7 @@ KEYS = ["model.embed_tokens.weight"] + [f"model.layers.{i}.{n}" for i in (0, 1) 
 
 
 @BOTH
-def test_empty_cutoffs_equal_the_full_softmax_model_bit_for_bit(use_pointer, tie):
+def test_empty_cutoffs_equal_the_full_softmax_model(use_pointer, tie):
     ids = torch.randint(0, 6, (2, 13), generator=torch.Generator().manual_seed(1))
     m = tiny_model(use_pointer=use_pointer, tie_word_embeddings=tie, output_dropout=0.3, adaptive_softmax_cutoffs=[])
     pointer = ["pointer.sentinel", "pointer.query.weight", "pointer.query.bias"] if use_pointer else []
@@ -69,8 +69,11 @@ def test_empty_cutoffs_equal_the_full_softmax_model_bit_for_bit(use_pointer, tie
     out = m(ids, labels=ids)
     out.loss.backward()
     got_train = [out.loss.item(), out.target_log_probs[1, 4].item(), m.model.embed_tokens.weight.grad[3, 2].item()]
-    assert [x.hex() for x in got] == BEFORE[use_pointer, tie][0]
-    assert [x.hex() for x in got_train] == BEFORE[use_pointer, tie][1]
+    # Same parameters, same random draws, same formulas: equal to float32 rounding. Not bit for bit, because CPUs with
+    # other SIMD widths sum in another order (CI's differed from the recording machine's by one ulp).
+    for values, recorded in zip((got, got_train), BEFORE[use_pointer, tie], strict=True):
+        want = torch.tensor([float.fromhex(h) for h in recorded], dtype=torch.float64)
+        torch.testing.assert_close(torch.tensor(values, dtype=torch.float64), want, rtol=1e-5, atol=1e-8)
 
 
 @BOTH
