@@ -453,6 +453,13 @@ MUTS = [
         ["tests/test_pretrained.py"],
     ),
     (
+        "pretrained: the package's code changes, the shipped copies stay stale",
+        M,
+        "return torch.log_softmax(_upcast(head), -1)",
+        "return _upcast(head)",
+        ["tests/test_pretrained.py::test_shipped_code_is_the_package_code"],
+    ),
+    (
         "pretrained card figure off",
         EXPORT,
         'metric_value=round(record[split]["ppl"], 2)',

@@ -127,6 +127,16 @@ def test_shipped_model_card_matches_its_measurements(folder):
     assert not (folder / "model.safetensors").read_bytes()[:40].startswith(b"version https://git-lfs")
 
 
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_shipped_code_is_the_package_code(folder):
+    """Remote code and the installed package must run the same equations, or the card's figures hold for one loading
+    path only. After a change to either file, copy it into each folder and re-run these tests (the fixed slice then
+    checks the figures still hold)."""
+    for name in ("modeling_pointer_sentinel.py", "configuration_pointer_sentinel.py"):
+        shipped, package = folder / name, ROOT / "modeling_pointer_sentinel" / name
+        assert shipped.read_text() == package.read_text(), f"{shipped} differs from {package}: copy it over"
+
+
 def make_old_tokenizer(folder: Path):
     """Turn a saved tokenizer into one saved before the line-break rule (the state of runs trained before it)."""
     path = folder / "tokenizer.json"
