@@ -282,8 +282,9 @@ Exported with `{record["commands"]["export"]}`
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-model = AutoModelForCausalLM.from_pretrained("{folder}", trust_remote_code=True, dtype=torch.float32)
-tok = AutoTokenizer.from_pretrained("{folder}", trust_remote_code=True)
+path = "{folder}"
+model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
+tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 generator = pipeline("text-generation", model=model, tokenizer=tok)
 print(generator("the company said", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])
 
