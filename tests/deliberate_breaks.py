@@ -587,6 +587,13 @@ MUTS = [
         ["tests/test_benchmarks.py"],
     ),
     (
+        "pretrained demo prompts from the zero state, not a line start",
+        "examples/try_pretrained.py",
+        'generator("\\n" + prompt,',
+        "generator(prompt,",
+        ["tests/test_pretrained.py::test_the_demo_continues_its_prompt"],
+    ),
+    (
         "pretrained demo scores another batch than the card's",
         "examples/try_pretrained.py",
         "streams = streams_for(ids, defaults.batch_size, None)",

@@ -128,6 +128,17 @@ def test_shipped_model_card_matches_its_measurements(folder):
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
+def test_the_demo_continues_its_prompt(folder):
+    """The README's first command shows samples that go past the prompt (each starts a line, as in training)."""
+    demo = [sys.executable, str(ROOT / "examples" / "try_pretrained.py"), "--model", str(folder), "--max_new_tokens",
+            "5", "--prompt", "the company said"]  # fmt: skip
+    done = subprocess.run(demo, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    samples = [line.removeprefix("sample: ") for line in done.stdout.splitlines() if line.startswith("sample: ")]
+    assert len(samples) == 2 and all(s.startswith("the company said ") for s in samples), samples
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_shipped_code_is_the_package_code(folder):
     """Remote code and the installed package must run the same equations, or the card's figures hold for one loading
     path only. After a change to either file, copy it into each folder and re-run these tests (the fixed slice then
