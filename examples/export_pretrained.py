@@ -286,8 +286,8 @@ path = "{folder}"
 model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
 tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 generator = pipeline("text-generation", model=model, tokenizer=tok)
-# a prompt starts a line, as every training line does after an <eos>; from the bare zero state the model
-# tends to end the line at once
+# a prompt starts a line, as every training line does after an <eos>: the zero state with no <eos> before it
+# is a context training never saw (the PTB pointer model ends the line at once there)
 print(generator("\\nthe company said", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])
 
 ids = tok("the company said it expects to report a loss\\n", return_tensors="pt").input_ids  # line break -> <eos>
