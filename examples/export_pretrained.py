@@ -40,11 +40,14 @@ from modeling_pointer_sentinel.training import encode_lines, load_text_splits, u
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SLICE_TOKENS = 2000
+# prompt / scored: the card's usage snippet and try_pretrained.py's default prompt, in the corpus's own tokenisation
 DATASETS = {
     "ptb": dict(name="Penn Treebank (Mikolov et al.'s preprocessing)", hub="ptb_text_only",
-                files=("ptb.valid.txt", "ptb.test.txt"), bundled=False),
+                files=("ptb.valid.txt", "ptb.test.txt"), bundled=False,
+                prompt="the company said", scored="the company said it expects to report a loss"),
     "wt2": dict(name="WikiText-2", hub="wikitext", config="wikitext-2-v1",
-                files=("wiki.valid.tokens", "wiki.test.tokens"), bundled=True),
+                files=("wiki.valid.tokens", "wiki.test.tokens"), bundled=True,
+                prompt="The game was released in", scored="The game was released in Japan in 2011 ."),
 }  # fmt: skip
 
 
@@ -235,6 +238,14 @@ def model_card(record: dict, config, license: str) -> str:
         if record["dataset"] == "ptb"
         else "WikiText-2 (CC BY-SA 3.0) is bundled with the `modeling_pointer_sentinel` package."
     )
+    cutoffs = config.adaptive_softmax_cutoffs
+    softmax = (
+        f"The vocabulary distribution is an adaptive softmax (Grave et al., 2017) with cutoffs {cutoffs}: the "
+        f"{cutoffs[0]:,} most frequent words in its head, the rest in {len(cutoffs)} tail clusters; `logits` are "
+        "still the full normalised log-probabilities."
+        if cutoffs
+        else "The vocabulary distribution is a full softmax."
+    )
     body = f"""
 # {name}
 
@@ -242,6 +253,7 @@ A {size} **{kind}** (Merity, Xiong, Bradbury & Socher, 2016, *Pointer Sentinel M
 {info["name"]}: a word-level LSTM language model whose vocabulary softmax is mixed with a pointer over its last
 {config.pointer_window} hidden states, the mixing weight given by a learned sentinel. {record["params"]:,} parameters,
 {config.vocab_size:,}-word vocabulary{", tied input and output embeddings" if config.tie_word_embeddings else ""}.
+{softmax}
 Built with the `modeling_pointer_sentinel` package; the model's code ships in this folder.
 
 ## Results
@@ -288,9 +300,9 @@ tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
 generator = pipeline("text-generation", model=model, tokenizer=tok)
 # a prompt starts a line, as every training line does after an <eos>: the zero state with no <eos> before it
 # is a context training never saw (the PTB pointer model ends the line at once there)
-print(generator("\\nthe company said", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])
+print(generator("\\n{info["prompt"]}", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])
 
-ids = tok("the company said it expects to report a loss\\n", return_tensors="pt").input_ids  # line break -> <eos>
+ids = tok("{info["scored"]}\\n", return_tensors="pt").input_ids  # line break -> <eos>
 out = model(ids, labels=ids)
 out.loss.exp()  # perplexity of the mixture; out.gate: the sentinel's share of each prediction
 ```

@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.
 from cli import ArgumentParser, check_local_path, fail  # noqa: E402
 from evaluate import parse_args as evaluate_args  # noqa: E402
 from evaluate import streams_for  # noqa: E402
+from export_pretrained import DATASETS  # noqa: E402
 
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "ptb-pointer-sentinel-lstm-2x200"  # a WikiText-2 model here makes scoring flag-free
-PROMPTS = {"ptb": "the company said", "wt2": "The game was released in"}
 
 
 def parse_args(argv=None):
@@ -60,7 +60,7 @@ def main(argv=None):
     record = json.loads((Path(args.model) / "eval_results.json").read_text())
     set_seed(args.seed)
     generator = pipeline("text-generation", model=args.model, trust_remote_code=True, dtype=torch.float32)
-    prompt = args.prompt if args.prompt is not None else PROMPTS.get(record["dataset"], "")
+    prompt = args.prompt if args.prompt is not None else DATASETS[record["dataset"]]["prompt"]
     print(f"{record['model']}: {record['dataset_name']}, test perplexity {record['test']['ppl']:.2f} on its card")
     # Every training line follows an <eos> (the tokenizer's line break); from the zero state with none before it the
     # PTB pointer model ends the line at once (p(<eos>) 0.85 after "the company said"), so the prompt starts a line.
