@@ -14,6 +14,7 @@ model folder or data file) stops the script with one `error:` line on stderr and
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -67,6 +68,9 @@ def parse_args(argv=None):
     a("--cache_theta", type=float, default=0.662)
     a("--cache_lambda", type=float, default=0.1279)
     a("--cache_grid", action="store_true", help="choose window/theta/lambda on validation, then apply them")
+    a("--cache_grid_windows", type=int, nargs="+", default=CACHE_GRID["windows"], help="the grid's windows")
+    a("--cache_grid_thetas", type=float, nargs="+", default=CACHE_GRID["thetas"], help="the grid's thetas")
+    a("--cache_grid_lambdas", type=float, nargs="+", default=CACHE_GRID["lambdas"], help="the grid's lambdas")
     a("--dynamic", action="store_true", help="add Krause et al.'s dynamic evaluation (batch size 1; needs the "
       "training split for its gradient statistics)")  # fmt: skip
     a("--dynamic_lr", type=float, default=DYN_LR, help="learning rate eta")
@@ -102,6 +106,10 @@ def parse_args(argv=None):
             import matplotlib  # noqa: F401
         except ImportError:
             p.error("--plots needs matplotlib: pip install matplotlib")
+    if min(args.cache_window, *args.cache_grid_windows) < 1:
+        p.error("--cache_window and --cache_grid_windows take windows >= 1")
+    if not all(0 <= lam <= 1 for lam in (args.cache_lambda, *args.cache_grid_lambdas)):
+        p.error("--cache_lambda and --cache_grid_lambdas take lambdas in [0, 1]")
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
                 "--output_dir)")  # fmt: skip
@@ -169,9 +177,9 @@ def main(argv=None):
         results.update(gate_statistics(out, tok))
     if args.cache_grid:
         val = out if args.split == "validation" else run(model, "validation")
-        points = len(CACHE_GRID["windows"]) * len(CACHE_GRID["thetas"]) * len(CACHE_GRID["lambdas"])
-        with tqdm(total=points, desc="cache grid (validation)", unit="point") as bar:
-            grid = cache_grid_search(val, **CACHE_GRID, progress=bar)
+        axes = dict(windows=args.cache_grid_windows, thetas=args.cache_grid_thetas, lambdas=args.cache_grid_lambdas)
+        with tqdm(total=math.prod(map(len, axes.values())), desc="cache grid (validation)", unit="point") as bar:
+            grid = cache_grid_search(val, **axes, progress=bar)
         results["cache_grid"] = grid
         best = grid[0]
         args.cache_window, args.cache_theta, args.cache_lambda = best["window"], best["theta"], best["lam"]

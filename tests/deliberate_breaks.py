@@ -587,6 +587,20 @@ MUTS = [
         ["tests/test_benchmarks.py"],
     ),
     (
+        "cache grid flags ignored",
+        "examples/evaluate.py",
+        "grid = cache_grid_search(val, **axes, progress=bar)",
+        "grid = cache_grid_search(val, **CACHE_GRID, progress=bar)",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "cache grid lambdas unchecked",
+        "examples/evaluate.py",
+        "for lam in (args.cache_lambda, *args.cache_grid_lambdas)",
+        "for lam in (args.cache_lambda,)",
+        ["tests/test_evaluation.py"],
+    ),
+    (
         "pretrained demo prompts from the zero state, not a line start",
         "examples/try_pretrained.py",
         'generator("\\n" + prompt,',

@@ -152,6 +152,28 @@ def test_evaluate_script_end_to_end(tmp_path, capsys):
     assert "cache grid (validation)" in err and "36/36" in err  # a progress bar over the grid points
 
 
+def test_evaluate_script_cache_grid_is_the_one_asked_for(tmp_path, capsys):
+    main = evaluate_script()
+    _, tok, files = evaluation_files(tmp_path, 20)
+    tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "a")
+    tok.save_pretrained(tmp_path / "a")
+    res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--cache_grid_windows", "3", "7",
+                "--cache_grid_thetas", "0.5", "--cache_grid_lambdas", "0", "0.25"])  # fmt: skip
+    points = {(r["window"], r["theta"], r["lam"]) for r in res["cache_grid"]}
+    assert points == {(3, 0.5, 0.0), (3, 0.5, 0.25), (7, 0.5, 0.0), (7, 0.5, 0.25)} and len(res["cache_grid"]) == 4
+    assert "4/4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--cache_grid_windows", "0", "5"], ["--cache_grid_lambdas", "0.1", "1.5"],
+                                   ["--cache_window", "0"], ["--cache_lambda", "-0.1"]])  # fmt: skip
+def test_evaluate_script_refuses_bad_cache_settings_before_evaluating(tmp_path, capsys, flags):
+    main = evaluate_script()
+    with pytest.raises(SystemExit) as stop:  # before the (nonexistent) model is even looked at
+        main([str(tmp_path / "no_model"), "--cache_grid", *flags])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "error: --cache" in err and flags[0] in err and "no such model" not in err
+
+
 def stream_outputs(targets, p_vocab, gate, pointer_p):
     """StreamOutputs of one stream from per-position p_vocab(y), g and the pointer's probability on y."""
     t = lambda v: torch.tensor([v], dtype=torch.float64)  # noqa: E731
