@@ -1,8 +1,8 @@
 """Try a shipped pretrained model (no training): generate from a prompt through `pipeline("text-generation")`, then
 score a test set and print its perplexity next to the one the model card records.
 
-    python examples/try_pretrained.py                                   # the default model; generate only
-    python examples/try_pretrained.py --test_file ptb.test.txt          # and score your copy of PTB's test split
+    python examples/try_pretrained.py              # the WikiText-2 model: generate, score the bundled test split
+    python examples/try_pretrained.py --model pretrained/ptb-pointer-sentinel-lstm-2x200 --test_file ptb.test.txt
     python examples/try_pretrained.py --model pretrained/NAME --prompt "the company said" --max_new_tokens 30
 
 The model folder's eval_results.json names its dataset: a WikiText-2 model is scored on the bundled WikiText-2 test
@@ -31,7 +31,7 @@ from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
-DEFAULT_MODEL = PRETRAINED / "ptb-pointer-sentinel-lstm-2x200"  # a WikiText-2 model here makes scoring flag-free
+DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"  # WikiText-2 is bundled: scored with no flag
 
 
 def parse_args(argv=None):

@@ -615,6 +615,20 @@ MUTS = [
         ["tests/test_pretrained.py::test_export_a_trained_run_end_to_end"],
     ),
     (
+        "pretrained demo default needs a flag to score",
+        "examples/try_pretrained.py",
+        'DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"',
+        'DEFAULT_MODEL = PRETRAINED / "ptb-pointer-sentinel-lstm-2x200"',
+        ["tests/test_pretrained.py::test_the_readme_demo_default_is_scored_without_flags"],
+    ),
+    (
+        "pretrained demo leaves the bundled WikiText-2 unscored",
+        "examples/try_pretrained.py",
+        'elif record["dataset"] == "wt2":',
+        "elif False:",
+        ["tests/test_pretrained.py::test_the_demo_continues_its_prompt"],
+    ),
+    (
         "pretrained recipe read from the top of results.json",
         "examples/export_pretrained.py",
         'recipe = recipe.get("runs", {}).get(dataset, recipe)',

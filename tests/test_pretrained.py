@@ -136,6 +136,18 @@ def test_the_demo_continues_its_prompt(folder):
     assert done.returncode == 0, done.stderr[-3000:]
     samples = [line.removeprefix("sample: ") for line in done.stdout.splitlines() if line.startswith("sample: ")]
     assert len(samples) == 2 and all(s.startswith("the company said ") for s in samples), samples
+    record = json.loads((folder / "eval_results.json").read_text())
+    if record["dataset"] == "wt2":  # bundled: scored with no flag, as the card measured it
+        assert f"test perplexity {record['test']['ppl']:.2f} over {record['test']['targets']:,} targets" in done.stdout
+
+
+def test_the_readme_demo_default_is_scored_without_flags():
+    """The README's first command passes no flag: its default model's test split must be bundled (WikiText-2)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from try_pretrained import parse_args
+
+    record = json.loads((Path(parse_args([]).model) / "eval_results.json").read_text())
+    assert record["dataset"] == "wt2", record["model"]
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
