@@ -9,7 +9,8 @@
 gradient statistics from the training split; `--dynamic_grid` chooses lr, lambda and segment length on validation).
 Standard conventions: one <eos> per line, the whole split as `--batch_size` contiguous streams, state carried.
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
-model folder or data file) stops the script with one `error:` line on stderr and exit status 2.
+model folder or data file, a cache setting out of range) stops the script with one `error:` line on stderr and exit
+status 2.
 """
 
 import argparse
@@ -48,7 +49,7 @@ from modeling_pointer_sentinel.plotting import (  # noqa: E402
 from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
-CACHE_GRID = dict(windows=[500, 2000, 3785], thetas=[0.3, 0.662, 1.0], lambdas=[0.05, 0.1279, 0.2, 0.3])
+CACHE_GRID = dict(windows=(500, 2000, 3785), thetas=(0.3, 0.662, 1.0), lambdas=(0.05, 0.1279, 0.2, 0.3))
 STATS_SEGMENT = 5  # targets per training segment for the gradient statistics (Krause et al.'s)
 DYN_LR, DYN_LAMBDA, DYN_STATS_TOKENS = 5e-5, 2e-3, 100_000  # Krause et al.'s defaults at 5-token segments
 DYN_GRID_LRS, DYN_GRID_LAMBDAS = [1e-5, 2e-5, 5e-5, 1e-4], [1e-3, 5e-3]  # 2e-4 diverged on PTB (sanity run)
@@ -68,9 +69,9 @@ def parse_args(argv=None):
     a("--cache_theta", type=float, default=0.662)
     a("--cache_lambda", type=float, default=0.1279)
     a("--cache_grid", action="store_true", help="choose window/theta/lambda on validation, then apply them")
-    a("--cache_grid_windows", type=int, nargs="+", default=CACHE_GRID["windows"], help="the grid's windows")
-    a("--cache_grid_thetas", type=float, nargs="+", default=CACHE_GRID["thetas"], help="the grid's thetas")
-    a("--cache_grid_lambdas", type=float, nargs="+", default=CACHE_GRID["lambdas"], help="the grid's lambdas")
+    for axis, kind in (("windows", int), ("thetas", float), ("lambdas", float)):
+        a(f"--cache_grid_{axis}", type=kind, nargs="+", help=f"with --cache_grid: the grid's {axis} (default: "
+          f"{' '.join(map(str, CACHE_GRID[axis]))})")  # fmt: skip
     a("--dynamic", action="store_true", help="add Krause et al.'s dynamic evaluation (batch size 1; needs the "
       "training split for its gradient statistics)")  # fmt: skip
     a("--dynamic_lr", type=float, default=DYN_LR, help="learning rate eta")
@@ -106,10 +107,21 @@ def parse_args(argv=None):
             import matplotlib  # noqa: F401
         except ImportError:
             p.error("--plots needs matplotlib: pip install matplotlib")
-    if min(args.cache_window, *args.cache_grid_windows) < 1:
-        p.error("--cache_window and --cache_grid_windows take windows >= 1")
-    if not all(0 <= lam <= 1 for lam in (args.cache_lambda, *args.cache_grid_lambdas)):
-        p.error("--cache_lambda and --cache_grid_lambdas take lambdas in [0, 1]")
+    for axis, default in CACHE_GRID.items():
+        if getattr(args, f"cache_grid_{axis}") is None:
+            setattr(args, f"cache_grid_{axis}", list(default))
+        elif not args.cache_grid:
+            p.error(f"--cache_grid_{axis} needs --cache_grid")
+    for flag, values, ok, rule in (
+        ("--cache_window", [args.cache_window], lambda w: w >= 1, ">= 1"),
+        ("--cache_grid_windows", args.cache_grid_windows, lambda w: w >= 1, ">= 1"),
+        ("--cache_theta", [args.cache_theta], math.isfinite, "finite"),
+        ("--cache_grid_thetas", args.cache_grid_thetas, math.isfinite, "finite"),
+        ("--cache_lambda", [args.cache_lambda], lambda lam: 0 <= lam <= 1, "in [0, 1]"),
+        ("--cache_grid_lambdas", args.cache_grid_lambdas, lambda lam: 0 <= lam <= 1, "in [0, 1]"),
+    ):
+        if bad := [v for v in values if not ok(v)]:
+            p.error(f"{flag} {' '.join(map(str, bad))}: each must be {rule}")
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
                 "--output_dir)")  # fmt: skip

@@ -85,8 +85,8 @@ def main(argv=None):
         fail(e)
     with tqdm(total=streams[:, 1:].numel(), desc="test", unit="tok") as bar:
         ppl = collect_outputs(generator.model, streams, defaults.bptt, progress=bar).perplexity()
-    print(f"test perplexity {ppl:.2f} over {streams[:, 1:].numel():,} targets (the card: {record['test']['ppl']:.2f})"
-          f" in {time.perf_counter() - start:.0f} s")  # fmt: skip
+    print(f"test perplexity {ppl:.2f} over {streams[:, 1:].numel():,} targets (the card: {record['test']['ppl']:.2f} "
+          f"on {record['test_file']}) in {time.perf_counter() - start:.0f} s")  # fmt: skip
     return ppl
 
 

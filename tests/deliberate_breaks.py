@@ -596,8 +596,22 @@ MUTS = [
     (
         "cache grid lambdas unchecked",
         "examples/evaluate.py",
-        "for lam in (args.cache_lambda, *args.cache_grid_lambdas)",
-        "for lam in (args.cache_lambda,)",
+        '("--cache_grid_lambdas", args.cache_grid_lambdas, lambda lam: 0 <= lam <= 1, "in [0, 1]"),',
+        "",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "cache grid thetas unchecked",
+        "examples/evaluate.py",
+        '("--cache_grid_thetas", args.cache_grid_thetas, math.isfinite, "finite"),',
+        "",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "cache grid flags silently unused without --cache_grid",
+        "examples/evaluate.py",
+        "elif not args.cache_grid:",
+        "elif False:",
         ["tests/test_evaluation.py"],
     ),
     (

@@ -164,14 +164,22 @@ def test_evaluate_script_cache_grid_is_the_one_asked_for(tmp_path, capsys):
     assert "4/4" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags", [["--cache_grid_windows", "0", "5"], ["--cache_grid_lambdas", "0.1", "1.5"],
-                                   ["--cache_window", "0"], ["--cache_lambda", "-0.1"]])  # fmt: skip
-def test_evaluate_script_refuses_bad_cache_settings_before_evaluating(tmp_path, capsys, flags):
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--cache_grid", "--cache_grid_windows", "0", "5"], "--cache_grid_windows 0: each must be >= 1"),
+        (["--cache_grid", "--cache_grid_lambdas", "0.1", "1.5"], "--cache_grid_lambdas 1.5: each must be in [0, 1]"),
+        (["--cache_grid", "--cache_grid_thetas", "1", "nan"], "--cache_grid_thetas nan: each must be finite"),
+        (["--cache", "--cache_window", "0"], "--cache_window 0: each must be >= 1"),
+        (["--cache", "--cache_lambda", "-0.1"], "--cache_lambda -0.1: each must be in [0, 1]"),
+        (["--cache_grid_windows", "5"], "--cache_grid_windows needs --cache_grid"),  # else silently unused
+    ],
+)
+def test_evaluate_script_refuses_bad_cache_settings_before_evaluating(tmp_path, capsys, flags, message):
     main = evaluate_script()
     with pytest.raises(SystemExit) as stop:  # before the (nonexistent) model is even looked at
-        main([str(tmp_path / "no_model"), "--cache_grid", *flags])
-    err = capsys.readouterr().err
-    assert stop.value.code == 2 and "error: --cache" in err and flags[0] in err and "no such model" not in err
+        main([str(tmp_path / "no_model"), *flags])
+    assert stop.value.code == 2 and f"error: {message}" in capsys.readouterr().err
 
 
 def stream_outputs(targets, p_vocab, gate, pointer_p):

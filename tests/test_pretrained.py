@@ -129,7 +129,7 @@ def test_shipped_model_card_matches_its_measurements(folder):
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
 def test_the_demo_continues_its_prompt(folder):
-    """The README's first command shows samples that go past the prompt (each starts a line, as in training)."""
+    """The demo shows samples that go past the prompt (each starts a line, as in training)."""
     demo = [sys.executable, str(ROOT / "examples" / "try_pretrained.py"), "--model", str(folder), "--max_new_tokens",
             "5", "--prompt", "the company said"]  # fmt: skip
     done = subprocess.run(demo, capture_output=True, text=True, cwd=ROOT)
