@@ -44,13 +44,13 @@ def non_negative(v) -> bool:
 def check_ranges(parser, args, rules):
     """Table-driven range checks of numeric flags, run on the parsed values (command line or --config): each rule is
     (flag, check, what) and a value that is not None must pass `check`, or the parser fails with one line
-    `--flag must be WHAT, got VALUE`. A float must also be finite (argparse's float() accepts "nan" and "inf")."""
+    `--flag must be WHAT, got VALUE`; a list (nargs) is checked value by value. A float must also be finite
+    (argparse's float() accepts "nan" and "inf")."""
     for flag, check, what in rules:
         value = getattr(args, flag.lstrip("-"))
-        if value is None:
-            continue
-        if (isinstance(value, float) and not math.isfinite(value)) or not check(value):
-            parser.error(f"{flag} must be {what}, got {value!r}")
+        for v in value if isinstance(value, list) else [value]:
+            if v is not None and ((isinstance(v, float) and not math.isfinite(v)) or not check(v)):
+                parser.error(f"{flag} must be {what}, got {v!r}")
 
 
 def describe_ranges(parser, rules):

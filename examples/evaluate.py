@@ -26,7 +26,16 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, add_data_arguments, check_local_path, fail, load_saved_model, load_splits  # noqa: E402
+from cli import (  # noqa: E402
+    ArgumentParser,
+    add_data_arguments,
+    check_local_path,
+    check_ranges,
+    describe_ranges,
+    fail,
+    load_saved_model,
+    load_splits,
+)
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
@@ -53,6 +62,16 @@ CACHE_GRID = dict(windows=(500, 2000, 3785), thetas=(0.3, 0.662, 1.0), lambdas=(
 STATS_SEGMENT = 5  # targets per training segment for the gradient statistics (Krause et al.'s)
 DYN_LR, DYN_LAMBDA, DYN_STATS_TOKENS = 5e-5, 2e-3, 100_000  # Krause et al.'s defaults at 5-token segments
 DYN_GRID_LRS, DYN_GRID_LAMBDAS = [1e-5, 2e-5, 5e-5, 1e-4], [1e-3, 5e-3]  # 2e-4 diverged on PTB (sanity run)
+
+
+RANGES = [  # checked by cli.check_ranges (a float must also be finite; a grid value by value) and stated in --help
+    ("--cache_window", lambda w: w >= 1, ">= 1"),
+    ("--cache_grid_windows", lambda w: w >= 1, ">= 1"),
+    ("--cache_theta", lambda t: True, "a finite number"),
+    ("--cache_grid_thetas", lambda t: True, "a finite number"),
+    ("--cache_lambda", lambda lam: 0 <= lam <= 1, "in [0, 1]"),
+    ("--cache_grid_lambdas", lambda lam: 0 <= lam <= 1, "in [0, 1]"),
+]
 
 
 def parse_args(argv=None):
@@ -101,6 +120,7 @@ def parse_args(argv=None):
         "the model predicts well, from the first stream)",
     )
     a("--output_json", help="write every result here as JSON (the terminal gets a short summary)")
+    describe_ranges(p, RANGES)
     args = p.parse_args(argv)
     if args.plots:  # fail now, not after the whole evaluation
         try:
@@ -112,16 +132,7 @@ def parse_args(argv=None):
             setattr(args, f"cache_grid_{axis}", list(default))
         elif not args.cache_grid:
             p.error(f"--cache_grid_{axis} needs --cache_grid")
-    for flag, values, ok, rule in (
-        ("--cache_window", [args.cache_window], lambda w: w >= 1, ">= 1"),
-        ("--cache_grid_windows", args.cache_grid_windows, lambda w: w >= 1, ">= 1"),
-        ("--cache_theta", [args.cache_theta], math.isfinite, "finite"),
-        ("--cache_grid_thetas", args.cache_grid_thetas, math.isfinite, "finite"),
-        ("--cache_lambda", [args.cache_lambda], lambda lam: 0 <= lam <= 1, "in [0, 1]"),
-        ("--cache_grid_lambdas", args.cache_grid_lambdas, lambda lam: 0 <= lam <= 1, "in [0, 1]"),
-    ):
-        if bad := [v for v in values if not ok(v)]:
-            p.error(f"{flag} {' '.join(map(str, bad))}: each must be {rule}")
+    check_ranges(p, args, RANGES)
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
                 "--output_dir)")  # fmt: skip

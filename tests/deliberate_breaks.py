@@ -596,15 +596,22 @@ MUTS = [
     (
         "cache grid lambdas unchecked",
         "examples/evaluate.py",
-        '("--cache_grid_lambdas", args.cache_grid_lambdas, lambda lam: 0 <= lam <= 1, "in [0, 1]"),',
+        '("--cache_grid_lambdas", lambda lam: 0 <= lam <= 1, "in [0, 1]"),',
         "",
         ["tests/test_evaluation.py"],
     ),
     (
         "cache grid thetas unchecked",
         "examples/evaluate.py",
-        '("--cache_grid_thetas", args.cache_grid_thetas, math.isfinite, "finite"),',
+        '("--cache_grid_thetas", lambda t: True, "a finite number"),',
         "",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "check_ranges checks a list's first value only",
+        "examples/cli.py",
+        "for v in value if isinstance(value, list) else [value]:",
+        "for v in value[:1] if isinstance(value, list) else [value]:",
         ["tests/test_evaluation.py"],
     ),
     (

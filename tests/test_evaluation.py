@@ -167,11 +167,11 @@ def test_evaluate_script_cache_grid_is_the_one_asked_for(tmp_path, capsys):
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--cache_grid", "--cache_grid_windows", "0", "5"], "--cache_grid_windows 0: each must be >= 1"),
-        (["--cache_grid", "--cache_grid_lambdas", "0.1", "1.5"], "--cache_grid_lambdas 1.5: each must be in [0, 1]"),
-        (["--cache_grid", "--cache_grid_thetas", "1", "nan"], "--cache_grid_thetas nan: each must be finite"),
-        (["--cache", "--cache_window", "0"], "--cache_window 0: each must be >= 1"),
-        (["--cache", "--cache_lambda", "-0.1"], "--cache_lambda -0.1: each must be in [0, 1]"),
+        (["--cache_grid", "--cache_grid_windows", "0", "5"], "--cache_grid_windows must be >= 1, got 0"),
+        (["--cache_grid", "--cache_grid_lambdas", "0.1", "1.5"], "--cache_grid_lambdas must be in [0, 1], got 1.5"),
+        (["--cache_grid", "--cache_grid_thetas", "1", "nan"], "--cache_grid_thetas must be a finite number, got nan"),
+        (["--cache", "--cache_window", "0"], "--cache_window must be >= 1, got 0"),
+        (["--cache", "--cache_lambda", "-0.1"], "--cache_lambda must be in [0, 1], got -0.1"),
         (["--cache_grid_windows", "5"], "--cache_grid_windows needs --cache_grid"),  # else silently unused
     ],
 )
