@@ -156,8 +156,11 @@ def parse_args(argv=None):
     model_overrides = read_config(p, argv, fields)  # config entries become defaults: the command line wins
     args = p.parse_args(argv)
     check_ranges(p, args, RANGES)
-    if args.resume_from_checkpoint not in (None, "latest") and not Path(args.resume_from_checkpoint).is_dir():
-        p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
+    if args.resume_from_checkpoint not in (None, "latest"):
+        if not Path(args.resume_from_checkpoint).is_dir():
+            p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
+        if why := incomplete(Path(args.resume_from_checkpoint)):
+            p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     args.model = model_overrides
@@ -234,19 +237,88 @@ class TimeLimit:
         return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    steps = sorted(out_dir.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))
-    return steps[-1] if steps else None
+# ---- checkpoints that survive a kill at any moment ----
+# A checkpoint is written to step_N.incomplete, its files are synced, a manifest (every file and its size) is written
+# last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
+# removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
+# skips it, and the next save removes it.
+MANIFEST = "checkpoint.json"
+
+
+def checkpoint_folders(out_dir: Path) -> list[Path]:
+    """The step_N folders of out_dir, oldest first."""
+    found = [d for d in out_dir.glob("step_*") if d.is_dir() and d.name[5:].isdigit()]
+    return sorted(found, key=lambda d: int(d.name[5:]))
+
+
+def incomplete(folder: Path) -> str | None:
+    """Why `folder` is not a whole checkpoint (None when it is): its manifest is missing, or a file it lists is."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no readable {MANIFEST}: its save did not finish"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return f"{name} is missing or truncated"
+    return None
+
+
+def latest_checkpoint(out_dir: Path, say=print) -> Path | None:
+    """The newest complete checkpoint of out_dir; each newer incomplete one is skipped with one line."""
+    for folder in reversed(checkpoint_folders(out_dir)):
+        if (why := incomplete(folder)) is None:
+            return folder
+        say(f"skipping {folder}: incomplete ({why})")
+    return None
+
+
+def _fsync(path: Path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def tidy_checkpoints(out_dir: Path, keep: int | None, say=print):
+    """Main process: remove what kills left behind (.incomplete folders, step_N folders that are not whole
+    checkpoints) and all but the newest `keep` complete checkpoints."""
+    for leftover in out_dir.glob("step_*.incomplete"):
+        shutil.rmtree(leftover)
+    complete = []
+    for folder in checkpoint_folders(out_dir):
+        if (why := incomplete(folder)) is None:
+            complete.append(folder)
+        else:
+            say(f"removing {folder}: incomplete ({why})")
+            shutil.rmtree(folder)
+    for old in complete[: -keep if keep else 0]:
+        shutil.rmtree(old)
 
 
 def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None):
-    ckpt = out_dir / f"step_{step}"
-    accelerator.save_state(ckpt)
-    torch.save(cache.state_dict(), ckpt / f"stream_state_{rank}.pt")
+    final = out_dir / f"step_{step}"
+    tmp = final.with_name(final.name + ".incomplete")
+    if accelerator.is_main_process:
+        for stale in (tmp, final):  # a kill's leftover; a checkpoint of this step saved before resuming from an older
+            if stale.exists():
+                shutil.rmtree(stale)
     accelerator.wait_for_everyone()
-    if keep and accelerator.is_main_process:
-        for old in sorted(out_dir.glob("step_*"), key=lambda d: int(d.name.split("_")[1]))[:-keep]:
-            shutil.rmtree(old)
+    accelerator.save_state(tmp)
+    torch.save(cache.state_dict(), tmp / f"stream_state_{rank}.pt")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        files = sorted(p for p in tmp.iterdir() if p.is_file())
+        for path in files:
+            _fsync(path)
+        manifest = tmp / MANIFEST
+        manifest.write_text(json.dumps({"step": step, "files": {p.name: p.stat().st_size for p in files}}))
+        _fsync(manifest)
+        os.replace(tmp, final)
+        _fsync(out_dir)
+        tidy_checkpoints(out_dir, keep, accelerator.print)
+    accelerator.wait_for_everyone()
 
 
 class BestWeights:
@@ -359,10 +431,20 @@ def main(argv=None):
     accelerator.register_for_checkpointing(averager)
     best = BestWeights()
     accelerator.register_for_checkpointing(best)
+
+    def save_tied_weights_once(models, weights, _):
+        # A tied matrix is one tensor under two names: save it under one (loading restores the alias) rather than
+        # leave accelerate to drop the second name with a warning at every checkpoint.
+        for m, state in zip(models, weights, strict=True):
+            tied = accelerator.unwrap_model(m).all_tied_weights_keys
+            for name in [n for n in state if n.removeprefix("module.") in tied]:
+                del state[name]
+
+    accelerator.register_save_state_pre_hook(save_tied_weights_once)
     cache = PointerSentinelCache()
     resume = args.resume_from_checkpoint
     if resume == "latest":
-        resume = latest_checkpoint(Path(args.output_dir))
+        resume = latest_checkpoint(Path(args.output_dir), accelerator.print)
         accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
     if resume:
         accelerator.load_state(resume)

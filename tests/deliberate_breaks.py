@@ -4,7 +4,8 @@ the tests that guard it (the model tests unless the entry names its own); every 
     python tests/deliberate_breaks.py            # about 6 minutes on 2 CPU cores; one JSON line per break
     python tests/deliberate_breaks.py cache gate # only the breaks whose name contains one of these words
 
-Exits 1 if any break passes the suite. Not collected by pytest (it runs the suite itself).
+The guarding tests run unbroken once first (the script stops if any fails). A break of the package's model or config
+code is made in the shipped copies under pretrained/ too. Exits 1 if any break passes the suite. Not collected by pytest (it runs the suite itself).
 """
 
 import json
@@ -26,6 +27,7 @@ TOK = "modeling_pointer_sentinel/tokenization.py"
 EXPORT = "examples/export_pretrained.py"
 G = "examples/generate.py"
 R = "benchmarks/run.py"
+CKPT = ["tests/test_checkpoints.py"]
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -656,31 +658,86 @@ MUTS = [
         "pass",
         ["tests/test_pretrained.py::test_export_takes_the_recipe_of_its_dataset_from_the_converged_results"],
     ),
+    (
+        "checkpoint: latest takes the newest folder, whole or not",
+        T,
+        "        if (why := incomplete(folder)) is None:\n            return folder",
+        "        if (why := None) is None:\n            return folder",
+        CKPT,
+    ),
+    (
+        "checkpoint: written under its final name",
+        T,
+        "    accelerator.save_state(tmp)",
+        "    tmp = final\n    accelerator.save_state(tmp)",
+        CKPT,
+    ),
+    (
+        "checkpoint: a file's size not checked",
+        T,
+        "if not path.is_file() or path.stat().st_size != size:",
+        "if not path.is_file():",
+        CKPT,
+    ),
+    (
+        "checkpoint: half-deleted folders left behind",
+        T,
+        '            say(f"removing {folder}: incomplete ({why})")\n            shutil.rmtree(folder)',
+        '            say(f"removing {folder}: incomplete ({why})")',
+        CKPT,
+    ),
+    (
+        "checkpoint: tied weights left to accelerate (a warning per save)",
+        T,
+        "    accelerator.register_save_state_pre_hook(save_tied_weights_once)",
+        "",
+        CKPT,
+    ),
+    (
+        "checkpoint: an incomplete folder named on the command line accepted",
+        T,
+        "        if why := incomplete(Path(args.resume_from_checkpoint)):",
+        "        if why := None:",
+        CKPT,
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
 
 
+def failures(work, env, tests) -> list[str]:
+    """The tests of `tests` that fail in the copy `work`."""
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *tests],
+                         cwd=work, env=env, capture_output=True, text=True)  # fmt: skip
+    return sorted({ln.split(" ")[1].split("[")[0] for ln in run.stdout.splitlines() if ln.startswith("FAILED")})
+
+
 def main(words=()):
     missed = []
+    chosen = [m for m in MUTS if not words or any(w in m[0] for w in words)]
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp) / "copy"
         subprocess.run(f"git -C {ROOT} archive --format=tar HEAD | tar -x -C {tmp} --one-top-level=copy", shell=True,
                        check=True)  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(work), "OMP_NUM_THREADS": "1"}
-        for name, f, old, new, *tests in MUTS:
-            if words and not any(w in name for w in words):
-                continue
-            path = work / f
-            original = path.read_text()
-            assert original.count(old) == 1, f"{name}: the code to break is not found once in {f}"
-            path.write_text(original.replace(old, new))
-            run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *(tests[0] if tests else TESTS)],
-                                 cwd=work, env=env, capture_output=True, text=True)  # fmt: skip
-            path.write_text(original)
-            failed = sorted(
-                {ln.split(" ")[1].split("[")[0] for ln in run.stdout.splitlines() if ln.startswith("FAILED")}
-            )
+        # The unbroken suite first: a test that already fails would make every break look caught.
+        guards = sorted({t for _, _, _, _, *tests in chosen for t in (tests[0] if tests else TESTS)})
+        if baseline := failures(work, env, guards):
+            sys.exit(f"the unbroken suite fails, so no break can be judged: {baseline}")
+        print(json.dumps({"baseline": "passed", "tests": guards}), flush=True)
+        for name, f, old, new, *tests in chosen:
+            # The shipped folders' copies of the model's code are broken alike: a catch by the test that holds the
+            # copies equal to the package would be no catch.
+            paths = [work / f]
+            if f in (M, C):
+                paths += [p for p in (work / "pretrained").glob(f"*/{pathlib.Path(f).name}") if old in p.read_text()]
+            originals = {p: p.read_text() for p in paths}
+            assert originals[work / f].count(old) == 1, f"{name}: the code to break is not found once in {f}"
+            for p, text in originals.items():
+                p.write_text(text.replace(old, new))
+            failed = failures(work, env, tests[0] if tests else TESTS)
+            for p, text in originals.items():
+                p.write_text(text)
             print(json.dumps({"break": name, "failed": failed}), flush=True)
             if not failed:
                 missed.append(name)

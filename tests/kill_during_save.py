@@ -1,0 +1,83 @@
+"""examples/train.py, killed with SIGKILL inside a checkpoint save: `KILL_AT=S:E` kills the process at the E-th file
+operation of its S-th save (counted from this process's start). A file write is cut halfway, an `os.replace` is killed
+before or after it happens (two events), a `shutil.rmtree` after deleting one file. Used by tests/test_checkpoints.py;
+the kill is a real SIGKILL, so nothing of the process runs after it."""
+
+import io
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+import accelerate.utils.other
+import safetensors.torch
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import train  # noqa: E402
+
+KILL_SAVE, KILL_EVENT = (int(v) for v in os.environ["KILL_AT"].split(":"))
+saves, events = 0, 0
+
+
+def event() -> bool:
+    """Count one file operation of the current save; True when it is the one to die at."""
+    global events
+    events += 1
+    return saves == KILL_SAVE and events == KILL_EVENT
+
+
+def die():
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+original_save, original_replace, original_rmtree = torch.save, os.replace, shutil.rmtree
+
+
+def torch_save(obj, f, *args, **kwargs):
+    if not isinstance(f, (str, os.PathLike)):
+        return original_save(obj, f, *args, **kwargs)
+    if event():
+        buffer = io.BytesIO()
+        original_save(obj, buffer, *args, **kwargs)
+        Path(f).write_bytes(buffer.getvalue()[: buffer.tell() // 2])
+        die()
+    return original_save(obj, f, *args, **kwargs)
+
+
+def safe_save_file(tensors, filename, metadata=None):
+    if event():
+        Path(filename).write_bytes(safetensors.torch.save(tensors, metadata)[:-100])
+        die()
+    return safetensors.torch.save_file(tensors, filename, metadata)
+
+
+def replace(src, dst):
+    if event():
+        die()
+    original_replace(src, dst)
+    if event():
+        die()
+
+
+def rmtree(path, *args, **kwargs):
+    if Path(path).is_dir() and event():
+        next(p for p in Path(path).rglob("*") if p.is_file()).unlink()
+        die()
+    return original_rmtree(path, *args, **kwargs)
+
+
+def save_checkpoint(*args, **kwargs):
+    global saves, events
+    saves, events = saves + 1, 0
+    return original_save_checkpoint(*args, **kwargs)
+
+
+torch.save, os.replace, shutil.rmtree = torch_save, replace, rmtree
+accelerate.utils.other.safe_save_file = safe_save_file
+original_save_checkpoint, train.save_checkpoint = train.save_checkpoint, save_checkpoint
+
+if __name__ == "__main__":
+    train.main(sys.argv[1:])

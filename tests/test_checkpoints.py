@@ -1,0 +1,128 @@
+"""Checkpoints that survive a SIGKILL at any moment: a run killed again and again inside its saves, each time resumed
+with --resume_from_checkpoint latest, ends bit-exact with a run that was never killed."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+
+import pytest
+from safetensors.torch import load_file
+from test_train import TINY, TRAIN, _env, losses, train_module
+
+KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
+
+# Events of one save (tests/kill_during_save.py counts them): 1 model.safetensors, 2 optimizer.bin,
+# 3 random_states_0.pkl, 4-6 custom_checkpoint_{0,1,2}.pkl, 7 stream_state_0.pt, 8/9 before/after the rename to
+# step_N, 10 inside the rmtree of the checkpoint past the limit.
+KILL_EVENTS = [1, 2, 4, 7, 8, 9, 10]
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory):
+    """Short enough that the killed run crosses an epoch end (validation, best weights, LR decay) within its steps."""
+    d = tmp_path_factory.mktemp("small_corpus")
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    for split, n in (("train", 60), ("valid", 15), ("test", 15)):
+        lines = (" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n))
+        (d / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    return d
+
+
+def common_args(corpus, tmp_path):
+    cfg = json.loads(TINY.read_text())
+    # tied weights (one tensor under two names in the checkpoint) and dropout (the RNG state must resume too)
+    cfg["model"].update(tie_word_embeddings=True, input_dropout=0.3, weight_drop=0.3, embedding_dropout=0.1)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    return ["--train_file", str(corpus / "train.txt"), "--validation_file", str(corpus / "valid.txt"),
+            "--test_file", str(corpus / "test.txt"), "--config", str(tmp_path / "cfg.json"), "--num_threads", "1",
+            "--max_train_steps", "36", "--num_train_epochs", "3", "--lr_decay", "0.5", "--checkpointing_steps", "1",
+            "--checkpoints_total_limit", "2", "--resume_from_checkpoint", "latest", "--seed", "5"]  # fmt: skip
+
+
+def run(script, args, kill_at=None):
+    env = {"HF_HUB_OFFLINE": "1", **_env(), **({"KILL_AT": kill_at} if kill_at else {})}
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def log_rows(out):
+    return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+
+def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tmp_path):
+    args = common_args(small_corpus, tmp_path)
+    whole = tmp_path / "whole"
+    done = run(TRAIN, [*args, "--output_dir", str(whole)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Removed shared tensor" not in done.stdout + done.stderr  # tied weights are saved once, silently
+    killed = tmp_path / "killed"
+    for event in KILL_EVENTS:
+        done = run(KILLER, [*args, "--output_dir", str(killed)], kill_at=f"2:{event}")
+        assert done.returncode == -signal.SIGKILL, (event, done.stderr[-3000:])
+        if event < 10:  # a save cut short is invisible: every step_N folder is a whole checkpoint
+            train = train_module()
+            assert all(train.incomplete(f) is None for f in train.checkpoint_folders(killed)), event
+    done = run(TRAIN, [*args, "--output_dir", str(killed)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "resuming from" in done.stdout
+    # every loss the killed run ever logged, in any of its lives, is the uninterrupted run's at that step
+    reference = losses(whole)
+    for row in log_rows(killed):
+        if "train_loss" in row:
+            assert row["train_loss"] == reference[row["step"]], row
+    valid = [r["valid_ppl"] for r in log_rows(whole) if "valid_ppl" in r]
+    assert len(valid) >= 1 and valid == [r["valid_ppl"] for r in log_rows(killed) if "valid_ppl" in r][-len(valid) :]
+    a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert json.loads((whole / "results.json").read_text())["test_ppl"] == pytest.approx(
+        json.loads((killed / "results.json").read_text())["test_ppl"], rel=0, abs=0
+    )
+    left = sorted(p.name for p in killed.iterdir() if p.name.startswith("step_"))
+    assert left == ["step_35", "step_36"]  # the limit holds, and nothing half-written or half-deleted is left
+
+
+def test_latest_skips_incomplete_checkpoints_and_says_so(small_corpus, tmp_path):
+    """The issue's case: a kill inside accelerate's save_state left step_3 with the model, the optimizer and an empty
+    random_states_0.pkl; and step_2 has lost half a file (a copy cut short). `latest` resumes from the newest whole
+    checkpoint, with one line for each one it skips."""
+    args = common_args(small_corpus, tmp_path)
+    out = tmp_path / "run"
+    done = run(TRAIN, [*args, "--output_dir", str(out), "--max_train_steps", "2", "--checkpoints_total_limit", "3"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    broken = out / "step_3"
+    broken.mkdir()
+    for name in ("model.safetensors", "optimizer.bin"):
+        (broken / name).write_bytes((out / "step_2" / name).read_bytes())
+    (broken / "random_states_0.pkl").write_bytes(b"")
+    cut = out / "step_2" / "optimizer.bin"
+    cut.write_bytes(cut.read_bytes()[:100])
+    done = run(TRAIN, [*args, "--output_dir", str(out), "--max_train_steps", "4", "--checkpoints_total_limit", "3"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    skipped = [line for line in done.stdout.splitlines() if "skipping" in line]
+    assert skipped == [
+        f"skipping {broken}: incomplete (no readable checkpoint.json: its save did not finish)",
+        f"skipping {out / 'step_2'}: incomplete (optimizer.bin is missing or truncated)",
+    ]
+    assert f"resuming from {out / 'step_1'}" in done.stdout
+    assert [r["step"] for r in log_rows(out) if "train_loss" in r] == [1, 2, 2, 3, 4]
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == ["step_2", "step_3", "step_4"]
+    train = train_module()
+    assert all(train.incomplete(out / f"step_{s}") is None for s in (2, 3, 4))  # saved again, whole
+
+
+def test_resume_from_an_incomplete_checkpoint_by_name_is_one_error(small_corpus, tmp_path):
+    (tmp_path / "step_7").mkdir()
+    args = [a for a in common_args(small_corpus, tmp_path) if a != "latest"]
+    args[args.index("--resume_from_checkpoint") + 1 : args.index("--resume_from_checkpoint") + 1] = [
+        str(tmp_path / "step_7")
+    ]
+    done = run(TRAIN, [*args, "--output_dir", str(tmp_path / "out")])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"train.py: error: --resume_from_checkpoint {tmp_path / 'step_7'} is not a whole checkpoint: no readable "
+        "checkpoint.json: its save did not finish"
+    ]
+    assert not os.path.exists(tmp_path / "out")
