@@ -118,7 +118,15 @@ def parse_args(argv=None):
         "--max_train_minutes",
         type=float,
         default=None,
-        help="stop training at the first optimizer step that ends past this wall time (all ranks agree)",
+        help="stop training at the first optimizer step that ends past this time, counted over every resumed run "
+        "(all ranks agree)",
+    )
+    a(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="what --max_train_minutes and train_minutes count: wall time, or the process's CPU time (an equal budget "
+        "for runs that share a busy machine, one thread each)",
     )
     a("--per_device_train_batch_size", type=int, default=20)
     a("--per_device_eval_batch_size", type=int, default=10)
@@ -213,19 +221,20 @@ class TimeLimit:
     from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
     """
 
-    def __init__(self, accelerator, minutes: float | None):
+    def __init__(self, accelerator, minutes: float | None, clock: str = "wall", earlier: float = 0.0):
         self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
-        self.start = self.last_log = time.perf_counter()
+        self.now = time.perf_counter if clock == "wall" else time.process_time
+        self.start = self.last_log = self.now() - earlier  # `earlier`: seconds trained before a resume
         self.longest_gap, self.near = 0.0, True
 
     def elapsed(self) -> float:
-        return time.perf_counter() - self.start
+        return self.now() - self.start
 
     def passed(self, optimizer_step: bool, log_step: bool) -> bool:
         """Call on every rank after every segment: whether training must stop now."""
         if self.seconds is None or not (optimizer_step or log_step):
             return False
-        now = time.perf_counter()
+        now = self.now()
         over = now - self.start > self.seconds
         if self.accelerator.num_processes == 1:
             return over
@@ -341,6 +350,7 @@ class TrainState:
         self.epoch, self.segment, self.step, self.lr = 0, 0, 0, lr
         self.val_losses: list[float] = []
         self.best_val, self.bad_epochs, self.targets_seen = math.inf, 0, 0
+        self.train_seconds = 0.0  # --clock time trained up to the last checkpoint, over every resumed run
         self.stopped = None  # why training ended, for results.json
 
     def state_dict(self):
@@ -482,7 +492,7 @@ def main(argv=None):
         return totals[0].item() / totals[1].item()
 
     # ---- training ----
-    time_limit = TimeLimit(accelerator, args.max_train_minutes)
+    time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
     stop, epoch_segments = False, 1
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
@@ -528,6 +538,7 @@ def main(argv=None):
                      "train_ppl": math.exp(train_loss), "lr": lr, "targets_per_s": rate, "world_size": W})  # fmt: skip
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
+                state.train_seconds = time_limit.elapsed()
                 save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
             out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
@@ -570,7 +581,9 @@ def main(argv=None):
         state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 
     # ---- final: best weights, test perplexity, save, sample ----
-    train_minutes = time_limit.elapsed() / 60  # training and per-epoch validation, not the final passes
+    # training and per-epoch validation in every resumed run (less what a kill lost after its last checkpoint), not
+    # the final passes
+    train_minutes = time_limit.elapsed() / 60
     if best.weights is not None:
         raw.load_state_dict(best.weights)  # holds the averaged weights when NT-ASGD was on
     elif averager.active:

@@ -278,5 +278,8 @@ def improves(val_loss: float, best_loss: float, min_improvement: float = 0.0) ->
 
 
 def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:
-    """AWD-LSTM's non-monotone trigger: the latest validation loss is worse than the best before the last nonmono."""
-    return len(val_losses) > nonmono and val_losses[-1] > min(val_losses[:-nonmono])
+    """AWD-LSTM's non-monotone trigger, on the validation losses so far (the latest last): the latest is worse than the
+    best of the earlier ones, leaving out the last `nonmono` of those, and more than `nonmono` came before it
+    (AWD-LSTM's main.py checks before it appends the latest, so its history holds the earlier ones only)."""
+    *earlier, latest = val_losses
+    return len(earlier) > nonmono and latest > min(earlier[:-nonmono])

@@ -334,6 +334,9 @@ def test_parameter_averager_and_nt_asgd_trigger():
     assert torch.allclose(w, torch.full((2,), 4.0))
     assert not nt_asgd_triggered([5, 4, 3, 2, 1, 1.5], nonmono=5)
     assert nt_asgd_triggered([5, 4, 3, 2, 1, 4.5, 6], nonmono=5)
+    # AWD-LSTM's timing: with nonmono 5 the trigger needs 6 earlier losses, so [3, 5, 5, 5, 5] then 4 waits one more
+    assert not nt_asgd_triggered([3, 5, 5, 5, 5, 4], nonmono=5)
+    assert nt_asgd_triggered([3, 5, 5, 5, 5, 5, 4], nonmono=5)
 
 
 @pytest.mark.parametrize("config", sorted((ROOT / "examples" / "configs").glob("*.json")), ids=lambda p: p.stem)
@@ -654,6 +657,9 @@ class FakeClock:
     def perf_counter(self):
         return self.now
 
+    def process_time(self):  # a CPU clock that runs twice as fast as the wall clock (two busy threads)
+        return 2 * self.now
+
     def tick(self, *args):
         self.now += 1.0
 
@@ -675,6 +681,29 @@ def test_max_train_minutes_stops_at_the_first_step_past_the_limit(small_corpus, 
     summary = json.loads((out / "results.json").read_text())
     assert summary["steps"] == 7 and summary["stopped"] == "max_train_minutes (0.1): not converged"
     assert results["train_minutes"] == pytest.approx(7 / 60)
+
+
+def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tmp_path, monkeypatch):
+    """A run stopped at step 4 (its checkpoint holds 4 fake seconds) and resumed under --max_train_minutes 0.1 stops
+    where an uninterrupted run stops (step 7), and reports the time of both lives. --clock cpu reads the process's
+    CPU time (here twice the wall time): the same budget ends at step 4."""
+    train = train_module()
+    clock = FakeClock()
+    monkeypatch.setattr(train, "time", clock)
+    handle = register_optimizer_step_post_hook(clock.tick)
+    out = tmp_path / "out"
+    budget = ["--max_train_minutes", "0.1", "--log_every", "1000", "--num_train_epochs", "3"]
+    try:
+        train.main(small_args(small_corpus, out, *budget, "--max_train_steps", "4", "--checkpointing_steps", "4"))
+        clock.now = 1000.0  # a new process: its clock starts elsewhere
+        resumed = train.main(small_args(small_corpus, out, *budget, "--resume_from_checkpoint", "latest"))
+        cpu = train.main(small_args(small_corpus, tmp_path / "cpu", *budget, "--clock", "cpu"))
+    finally:
+        handle.remove()
+    assert json.loads((out / "results.json").read_text())["steps"] == 7
+    assert resumed["train_minutes"] == pytest.approx(7 / 60)
+    assert json.loads((tmp_path / "cpu" / "results.json").read_text())["steps"] == 4
+    assert cpu["train_minutes"] == pytest.approx(8 / 60)
 
 
 @pytest.mark.parametrize("processes", [1, 2])
