@@ -1,10 +1,22 @@
-"""Word-level tokenizer for PTB / WikiText: whitespace tokens, `<unk>`, and every line break read as `<eos>`.
+"""Word-level tokenizer for PTB / WikiText: words, `<unk>`, and every line break read as `<eos>`.
 
 The corpora are read one line at a time and each line ends in `<eos>` (the word-LM convention). The tokenizer itself
 turns each line break into `<eos>`, so `tokenizer(text)` of a multi-line text gives the ids the model was trained on,
 and the data code (`training.encode_lines`) reaches its ids through this same rule. `<eos>` decodes to a newline.
+
+Text rules read raw text the way the corpus was written and write natural text back, all as `tokenizers` parts
+(normalizers, pre-tokenizers, decoders) saved in tokenizer.json, so every client that loads it gets them:
+- "wikitext": punctuation and clitics split off (`company's` -> `company 's`, `don't` -> `don 't`), `@-@`, `@,@` and
+  `@.@` for a hyphen between word characters and a comma or point inside a number; decoding joins them back
+  (`Du Fu 's poems , 1 @,@ 200` -> `Du Fu's poems, 1,200`).
+- "ptb" (Mikolov's PTB): lower case, numbers as `N` (and `%` as `N`: the corpus has `N N` 6,488 times and `percent`
+  16), `n't` split off as `do n't`, and the punctuation the corpus dropped dropped.
+- "whitespace": words are what whitespace separates (any other corpus).
+Text already in the corpus's form reads unchanged: its vocabulary's words that the rules would split (`U.S.`, `<unk>`,
+`mr.`) are kept whole, so the training data and its ids stay as they are.
 """
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -17,19 +29,11 @@ EOS, UNK = "<eos>", "<unk>"
 LINE_BREAK = r"\r\n|[\r\n]"
 
 
-def _word_decoder():
-    # Every word decodes with a leading space, so a pipeline's `prompt + decode(new_tokens)` stays spaced; `<eos>`
-    # decodes to a line break (no space), so decoded text keeps its lines. Each token decodes on its own, so decoding
-    # in pieces concatenates to the whole.
-    return decoders.Sequence([decoders.Replace(Regex("^"), " "), decoders.Replace(Regex(f"^ {EOS}$"), "\n"),
-                              decoders.Fuse()])  # fmt: skip
-
-
-def _install_line_rule(tk: Tokenizer) -> None:
-    """Line breaks become ` <eos> ` before the whitespace split; `<eos>` decodes to a newline."""
+def _install_line_rule(tk: Tokenizer, rules: str = "whitespace") -> None:
+    """Line breaks become ` <eos> ` before the text rules; `<eos>` decodes to a newline."""
     rule = normalizers.Replace(Regex(LINE_BREAK), f" {EOS} ")
-    tk.normalizer = rule if tk.normalizer is None else normalizers.Sequence([tk.normalizer, rule])
-    tk.decoder = _word_decoder()
+    tk.normalizer = rule if tk.normalizer is None else normalizers.Sequence([rule, tk.normalizer])
+    tk.decoder = _decoder(rules)
 
 
 def ends_lines_with_eos(tokenizer) -> bool:
@@ -51,7 +55,93 @@ def add_line_rule(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast
     return tokenizer
 
 
-def build_word_level_tokenizer(lines: Iterable[str], max_vocab_size: int | None = None) -> PreTrainedTokenizerFast:
+TEXT_RULES = ("wikitext", "ptb", "whitespace")
+# Word pieces, tried in order at each position: WikiText's clitics keep their apostrophe (`'s`, `'t`);
+# PTB's `n't` splits off its word (`do n't`) and its hyphenated words stay whole.
+_PIECES = {
+    "wikitext": [r"@[-,.]@", r"'(?:s|t|re|ve|m|ll|d)\b", r"\w+", r"[^\w\s]"],
+    "ptb": [r"\w+?(?=n't\b)", r"n't\b", r"'\w+", r"\w+(?:-\w+)*", r"[^\w\s]"],
+}
+_WIKITEXT_NORMALIZER = [  # <unk> stands for a word or a number the corpus left out
+    (r"(?<=\w|<unk>)-(?=\w|<unk>)", " @-@ "),  # a hyphen between words
+    (r"(?<=\d|<unk>),(?=<unk>|\d+(?!\w))", " @,@ "),  # a comma inside a number (1,200 but not 1,000th)
+    (r"(?<=\d|<unk>)\.(?=\d|<unk>)", " @.@ "),  # a decimal point
+]
+_PTB_NORMALIZER = [
+    (r"(?<!\S)N(?!\S)", "0"),  # the corpus's own N survives lower-casing as a number
+    ("LOWERCASE", None),
+    (r"%", " N "),
+    # a number standing alone (PTB writes 1/2 as 1\/2), not part of a word such as 190.58-point or 1980s
+    (r"(?<![\w.,\\/-])(?>\d+(?:(?:[.,:]|\\?/)\d+)*)(?![\w\\/-])", " N "),
+]
+# Decoding (on the joined text; each rule takes out only the space before a token, so a prefix of the ids decodes to
+# a prefix of the text, as streaming and pipelines need).
+_CLOSE = r"[,.;:!?%)\]}]|'\w|n't\b|\.\.\."
+_DECODE = {
+    "wikitext": [(r" @-@(?: |$)", "-"), (r" @,@(?: |$)", ","), (r" @\.@(?: |$)", "."), (f" (?={_CLOSE})", ""),
+                 (r"(?<=s) '(?= |$)", "'"), (r"(?<=[(\[{$]) ", ""), (r"(?<==) (?==)", ""), (r"(?<=\n) ", "")],
+    "ptb": [(r" (?='\w|n't\b|'(?: |$))", ""), (r"(?<=\$) ", ""), (r"(?<=\n) ", "")],
+    "whitespace": [],
+}  # fmt: skip
+
+
+def detect_text_rules(counts: Counter) -> str:
+    """The rule set a corpus was written in, from its word counts: WikiText's `@-@`, PTB's `N` in lower-case text."""
+    if counts["@-@"] or counts["@,@"]:
+        return "wikitext"
+    if counts["N"] and not any(w != "N" and w != w.lower() for w in counts):
+        return "ptb"
+    return "whitespace"
+
+
+def _normalizer(rules: str) -> normalizers.Normalizer | None:
+    steps = {"wikitext": _WIKITEXT_NORMALIZER, "ptb": _PTB_NORMALIZER}.get(rules, [])
+    parts = [normalizers.Lowercase() if p == "LOWERCASE" else normalizers.Replace(Regex(p), c) for p, c in steps]
+    return normalizers.Sequence(parts) if parts else None
+
+
+def _pre_tokenizer(rules: str, vocab: Iterable[str]) -> pre_tokenizers.PreTokenizer:
+    """Whitespace, then the rule set's pieces; the vocabulary's words that the pieces would cut stay whole."""
+    if rules == "whitespace":
+        return pre_tokenizers.WhitespaceSplit()
+    pieces = _PIECES[rules]
+    cut = pre_tokenizers.Split(Regex("|".join(pieces)), "isolated")
+    kept = sorted((w for w in vocab if [p for p, _ in cut.pre_tokenize_str(w)] != [w]), key=lambda w: (-len(w), w))
+    # a kept word matches only where it is not the start of a longer word ('l of 'll)
+    whole = [f"(?:{'|'.join(re.escape(w) for w in kept)})(?!\\w)"] if kept else []
+    steps = [pre_tokenizers.WhitespaceSplit(),
+             pre_tokenizers.Split(Regex("|".join([*whole, *pieces])), "isolated")]  # fmt: skip
+    if rules == "ptb":  # the punctuation the corpus dropped: pieces of marks only, unless a vocabulary word ($, &)
+        marks = "|".join(re.escape(w) for w in sorted(vocab) if not re.search(r"\w", w))
+        steps.append(pre_tokenizers.Split(Regex(f"^(?!(?:{marks})$)[^\\w\\s]+$"), "removed"))
+    return pre_tokenizers.Sequence(steps)
+
+
+def _decoder(rules: str) -> decoders.Decoder:
+    # Every word decodes with a leading space, so a pipeline's `prompt + decode(new_tokens)` stays spaced; `<eos>`
+    # decodes to a line break (no space), so decoded text keeps its lines. The rule set's joins act on the whole text.
+    steps = [decoders.Replace(Regex("^"), " "), decoders.Replace(Regex(f"^ {EOS}$"), "\n"), decoders.Fuse()]
+    return decoders.Sequence(steps + [decoders.Replace(Regex(p), c) for p, c in _DECODE[rules]])
+
+
+def add_text_rules(tokenizer: PreTrainedTokenizerFast, rules: str) -> PreTrainedTokenizerFast:
+    """Give a word-level tokenizer a rule set (in place; see the module's docstring), recorded in its config as
+    `text_rules`. Text in the corpus's form keeps its ids; the line-break rule is kept or added."""
+    if rules not in TEXT_RULES:
+        raise ValueError(f"text_rules must be one of {TEXT_RULES}, got {rules!r}")
+    tk = tokenizer.backend_tokenizer
+    if not isinstance(tk.model, models.WordLevel) or tk.token_to_id(EOS) != tokenizer.eos_token_id:
+        raise ValueError(f"Only a word-level tokenizer whose eos token is {EOS} can take text rules.")
+    tk.normalizer = _normalizer(rules)
+    tk.pre_tokenizer = _pre_tokenizer(rules, tk.get_vocab())
+    _install_line_rule(tk, rules)
+    tokenizer.init_kwargs["text_rules"] = rules
+    return tokenizer
+
+
+def build_word_level_tokenizer(
+    lines: Iterable[str], max_vocab_size: int | None = None, text_rules: str = "auto"
+) -> PreTrainedTokenizerFast:
     """A WordLevel tokenizer over the whitespace tokens of `lines` plus `<eos>` (once per line) and `<unk>`.
 
     Ids follow frequency (most frequent first, ties by first appearance), as the word-LM reference readers do.
@@ -71,8 +161,7 @@ def build_word_level_tokenizer(lines: Iterable[str], max_vocab_size: int | None 
     if not counts[EOS]:
         raise ValueError("Cannot build a tokenizer from an empty corpus.")
     tk = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=UNK))
-    tk.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    _install_line_rule(tk)
-    return PreTrainedTokenizerFast(
+    tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, padding_side="left"
     )
+    return add_text_rules(tokenizer, detect_text_rules(counts) if text_rules == "auto" else text_rules)

@@ -28,6 +28,7 @@ EXPORT = "examples/export_pretrained.py"
 G = "examples/generate.py"
 R = "benchmarks/run.py"
 CKPT = ["tests/test_checkpoints.py"]
+RULES = ["tests/test_text_rules.py"]
 MUTS = [
     (
         "zoneout keeps with 1-p",
@@ -700,6 +701,32 @@ MUTS = [
         "        if why := None:",
         CKPT,
     ),
+    (
+        "text rules: no @-@ for a hyphen inside a word",
+        TOK,
+        '    (r"(?<=\\w|<unk>)-(?=\\w|<unk>)", " @-@ "),  # a hyphen between words\n',
+        "",
+        RULES,
+    ),
+    (
+        "text rules: a kept word may start a longer one",
+        TOK,
+        '(?!\\\\w)"] if kept else []',
+        '"] if kept else []',
+        RULES,
+    ),
+    ("text rules: the vocabulary's words not kept whole", TOK, "] if kept else []", "] if False else []", RULES),
+    ("text rules: @,@ joined only before a space", TOK, '(r" @,@(?: |$)", ",")', '(r" @,@ ", ",")', RULES),
+    ("text rules: PTB's own N lower-cased", TOK, '(r"(?<!\\S)N(?!\\S)", "0"),', "", RULES),
+    (
+        "text rules: PTB drops its own marks ($)",
+        TOK,
+        'Regex(f"^(?!(?:{marks})$)[^\\\\w\\\\s]+$")',
+        'Regex(f"^[^\\\\w\\\\s]+$")',
+        RULES,
+    ),
+    ("text rules: not recorded in the config", TOK, '    tokenizer.init_kwargs["text_rules"] = rules\n', "", RULES),
+    ("text rules: never detected", TOK, '    if counts["@-@"] or counts["@,@"]:', "    if False:", RULES),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
