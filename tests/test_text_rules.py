@@ -81,7 +81,8 @@ def test_a_prefix_of_the_ids_decodes_to_a_prefix_of_the_text(wikitext, rules):
     """Streaming and pipelines cut the decoded text at the prompt's decoded length: the joins may only take out the
     space before a token, never change text already written."""
     tok = wikitext if rules == "wikitext" else build_word_level_tokenizer(PTB_STYLE)
-    ids = encode_lines(tok, bundled("test")[:60] if rules == "wikitext" else PTB_STYLE).tolist()
+    lines = [" 1 @,@ 200 , 3 @.@ 5 and well @-@ known ( Fu 's ) ", *bundled("test")[:60]]
+    ids = encode_lines(tok, lines if rules == "wikitext" else PTB_STYLE).tolist()
     whole = tok.decode(ids)
     assert all(whole.startswith(tok.decode(ids[:k])) for k in range(len(ids)))
     assert "@-@" not in whole and " ," not in whole and " ." not in whole
