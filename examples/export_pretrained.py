@@ -5,8 +5,8 @@
     python examples/export_pretrained.py RUN_DIR pretrained/wt2-pointer-sentinel-lstm-2x200 --dataset wt2   # bundled
 
 RUN_DIR is a folder written by examples/train.py (model, tokenizer, results.json). The script
-- re-saves the tokenizer in the current form (line breaks read as <eos>), checking that the ids of every split are
-  the ones the run was evaluated on;
+- re-saves the tokenizer in the current form (line breaks read as <eos>, the dataset's text rules), checking that the
+  ids of every split are the ones the run was evaluated on; generate() suppresses <unk> by default;
 - saves the model as float32 safetensors with its code (config.json's auto_map, so `trust_remote_code=True` loads it
   where this package is not installed), and reports what loading it in bfloat16 or float16 costs;
 - measures test and validation perplexity on the full splits exactly as examples/evaluate.py does (its defaults:
@@ -35,17 +35,23 @@ from evaluate import parse_args as evaluate_args  # noqa: E402
 from evaluate import streams_for  # noqa: E402
 
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import add_line_rule  # noqa: E402
-from modeling_pointer_sentinel.training import encode_lines, load_text_splits, unk_rate, unk_token_id  # noqa: E402
+from modeling_pointer_sentinel.tokenization import add_text_rules  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    encode_lines,
+    load_text_splits,
+    suppress_unk_in_generation,
+    unk_rate,
+    unk_token_id,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SLICE_TOKENS = 2000
 # prompt / scored: the card's usage snippet and try_pretrained.py's default prompt, in the corpus's own tokenisation
 DATASETS = {
-    "ptb": dict(name="Penn Treebank (Mikolov et al.'s preprocessing)", hub="ptb_text_only",
+    "ptb": dict(name="Penn Treebank (Mikolov et al.'s preprocessing)", hub="ptb_text_only", text_rules="ptb",
                 files=("ptb.valid.txt", "ptb.test.txt"), bundled=False,
                 prompt="the company said", scored="the company said it expects to report a loss"),
-    "wt2": dict(name="WikiText-2", hub="wikitext", config="wikitext-2-v1",
+    "wt2": dict(name="WikiText-2", hub="wikitext", config="wikitext-2-v1", text_rules="wikitext",
                 files=("wiki.valid.tokens", "wiki.test.tokens"), bundled=True,
                 prompt="The game was released in", scored="The game was released in Japan in 2011 ."),
 }  # fmt: skip
@@ -120,7 +126,7 @@ def main(argv=None):
 
     # ---- save: tokenizer in the current form (ids unchanged), model with its code ----
     out_dir.mkdir(parents=True, exist_ok=True)
-    add_line_rule(tok).save_pretrained(out_dir)
+    add_text_rules(tok, info["text_rules"]).save_pretrained(out_dir)
     tok = AutoTokenizer.from_pretrained(out_dir)
     for split, lines in splits.items():
         if not torch.equal(encode_lines(tok, lines), ids[split]):
@@ -135,6 +141,7 @@ def main(argv=None):
         dtype_check[str(dtype).removeprefix("torch.")] = {"test_ppl": ppl["ppl"],
                                                           "relative_change": ppl["ppl"] / fp32_test - 1}  # fmt: skip
     dtype = "float32"  # shipped weights stay exact; the check tells users what a smaller dtype costs
+    suppress_unk_in_generation(model, tok)
     model.save_pretrained(out_dir, safe_serialization=True)
     if not (out_dir / "modeling_pointer_sentinel.py").is_file() or "auto_map" not in json.loads(
         (out_dir / "config.json").read_text()

@@ -46,7 +46,7 @@ from cli import (  # noqa: E402
 
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
+from modeling_pointer_sentinel.tokenization import TEXT_RULES, build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
@@ -58,6 +58,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     run_segment,
     segment_schedule,
     shard_streams,
+    suppress_unk_in_generation,
     unk_rate,
     unk_token_id,
 )
@@ -87,6 +88,14 @@ def parse_args(argv=None):
     add_data_arguments(p)
     a("--tokenizer_name", help="a saved tokenizer (default: build a word-level one from the training split)")
     a("--model_name_or_path", help="continue from a saved model (its tokenizer must match)")
+    a(
+        "--text_rules",
+        choices=["auto", *TEXT_RULES],
+        default="auto",
+        help="how the built tokenizer reads raw text and writes it back: wikitext (punctuation and clitics split, "
+        "@-@ @,@ @.@), ptb (lower case, numbers as N, punctuation dropped) or whitespace; auto: detected from the "
+        "training words (default: %(default)s)",
+    )
     a(
         "--max_unk_rate",
         type=float,
@@ -178,7 +187,7 @@ def parse_args(argv=None):
 def build_tokenizer(args, train_lines):
     if args.tokenizer_name or args.model_name_or_path:
         return load_or_fail("tokenizer", AutoTokenizer.from_pretrained, args.tokenizer_name or args.model_name_or_path)
-    return build_word_level_tokenizer(train_lines)
+    return build_word_level_tokenizer(train_lines, text_rules=args.text_rules)
 
 
 def build_model(args, tokenizer):
@@ -601,6 +610,7 @@ def main(argv=None):
     accelerator.print(" | ".join(f"{k} {v:.2f}" for k, v in shown.items()) + f" | stopped: {state.stopped}")
     log({"step": state.step, **results, "stopped": state.stopped})
     accelerator.wait_for_everyone()
+    suppress_unk_in_generation(raw, tokenizer)
     raw.save_pretrained(out_dir, is_main_process=accelerator.is_main_process)
     if accelerator.is_main_process:
         tokenizer.save_pretrained(out_dir)

@@ -111,6 +111,15 @@ def unk_token_id(tokenizer) -> int | None:
     return tokenizer.backend_tokenizer.token_to_id(unk) if unk else None
 
 
+def suppress_unk_in_generation(model, tokenizer) -> None:
+    """Generated text shows no `<unk>`: `generate()` suppresses it by default, the pointer's copies included (the
+    mixture is formed before the logits processors act; `suppress_tokens=None` in a call turns this off). Scoring keeps
+    `<unk>` an ordinary target, as in the papers."""
+    unk = unk_token_id(tokenizer)
+    if unk is not None:
+        model.generation_config.suppress_tokens = [unk]
+
+
 def unk_rate(ids: torch.Tensor, unk_id: int | None) -> float:
     """Fraction of the tokens of an id stream (every one a target, `<eos>` included) that are the unk token."""
     return 0.0 if unk_id is None or ids.numel() == 0 else (ids == unk_id).double().mean().item()

@@ -727,6 +727,72 @@ MUTS = [
     ),
     ("text rules: not recorded in the config", TOK, '    tokenizer.init_kwargs["text_rules"] = rules\n', "", RULES),
     ("text rules: never detected", TOK, '    if counts["@-@"] or counts["@,@"]:', "    if False:", RULES),
+    (
+        "generation: <unk> not suppressed by default",
+        TR,
+        "        model.generation_config.suppress_tokens = [unk]",
+        "        pass",
+        [
+            "tests/test_train.py::test_end_to_end_saves_a_model_pipeline_can_use",
+            "tests/test_pretrained.py::test_export_a_trained_run_end_to_end",
+        ],
+    ),
+    (
+        "generation: the shipped WikiText-2 folder suppresses nothing",
+        "pretrained/wt2-pointer-sentinel-lstm-2x200/generation_config.json",
+        '  "suppress_tokens": [\n    4\n  ],\n',
+        "",
+        ["tests/test_text_rules.py", "tests/test_pretrained.py::test_shipped_model_loads_without_the_package"],
+    ),
+    (
+        "text rules: train.py ignores --text_rules",
+        T,
+        "build_word_level_tokenizer(train_lines, text_rules=args.text_rules)",
+        "build_word_level_tokenizer(train_lines)",
+        ["tests/test_train.py::test_text_rules_flag_builds_the_tokenizer_asked_for"],
+    ),
+    (
+        "text rules: the export keeps whitespace rules",
+        EXPORT,
+        'add_text_rules(tok, info["text_rules"])',
+        'add_text_rules(tok, "whitespace")',
+        ["tests/test_pretrained.py::test_export_a_trained_run_end_to_end"],
+    ),
+    (
+        "lm-eval: the round trip counts the re-tokenised tokens as given back",
+        "examples/lm_eval_wikitext.py",
+        "kept += sum(m.size for m in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_matching_blocks())",
+        "kept += min(len(a), len(b))",
+        ["tests/test_lm_eval.py"],
+    ),
+    (
+        "lm-eval: per-token perplexity over the words",
+        "examples/lm_eval_wikitext.py",
+        '"token_perplexity": math.exp(math.log(word_ppl) * words / tokens)',
+        '"token_perplexity": word_ppl',
+        ["tests/test_lm_eval.py"],
+    ),
+    (
+        "NT-ASGD: the trigger counts the latest loss among the earlier ones",
+        TR,
+        "    *earlier, latest = val_losses\n    return len(earlier) > nonmono and latest > min(earlier[:-nonmono])",
+        "    return len(val_losses) > nonmono and val_losses[-1] > min(val_losses[:-nonmono])",
+        [TT],
+    ),
+    (
+        "time budget: a resumed run starts its clock from zero",
+        T,
+        "time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)",
+        "time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock)",
+        [TT],
+    ),
+    (
+        "time budget: --clock cpu reads the wall clock",
+        T,
+        'self.now = time.perf_counter if clock == "wall" else time.process_time',
+        "self.now = time.perf_counter",
+        [TT],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

@@ -39,7 +39,9 @@ tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
 pipe = pipeline("text-generation", model=folder, trust_remote_code=True)
 result = {"class": type(model).__module__ + "." + type(model).__name__, "dtype": str(model.dtype),
           "line_rule": tok("a\\nb")["input_ids"][1] == tok.eos_token_id,
-          "sample": pipe("the", max_new_tokens=5, do_sample=False)[0]["generated_text"]}
+          "sample": pipe("the", max_new_tokens=5, do_sample=False)[0]["generated_text"],
+          "suppressed": model.generation_config.suppress_tokens, "unk": tok.convert_tokens_to_ids("<unk>"),
+          "text_rules": tok.init_kwargs.get("text_rules")}
 if text_file:
     with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
         ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it
@@ -78,6 +80,9 @@ def check_loads_without_package(folder: Path, cwd: Path, text_file: Path | None)
     assert client["class"].startswith("transformers_modules.") and client["class"].endswith("ForCausalLM"), client
     assert client["dtype"] == f"torch.{record['dtype']}" and client["line_rule"], client
     assert client["sample"].startswith("the ") and len(client["sample"].split()) > 1, client
+    # raw text is read the corpus's way, and generated text shows no <unk> unless asked
+    assert client["text_rules"] == {"ptb": "ptb", "wt2": "wikitext"}[record["dataset"]], client
+    assert client["suppressed"] == [client["unk"]], client
     return client
 
 

@@ -3,13 +3,17 @@
 import json
 import lzma
 from collections import Counter
+from pathlib import Path
 
 import pytest
+import torch
 from tokenizers import Tokenizer
-from transformers import AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, detect_text_rules
 from modeling_pointer_sentinel.training import BUNDLED, encode_lines
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RAW = "The company's shares rose 5% on Tuesday, analysts said."
 
@@ -131,3 +135,18 @@ def test_the_rule_set_is_detected_from_the_training_words():
 def test_an_unknown_rule_set_is_refused():
     with pytest.raises(ValueError, match="text_rules must be one of"):
         build_word_level_tokenizer(["a b"], text_rules="moses")
+
+
+def test_the_pipeline_writes_natural_text_without_unk():
+    """The shipped WikiText-2 model through pipeline(): raw prompt in, natural text out. The prompt holds <unk> twice,
+    so the pointer has <unk> to copy: by default (generation_config.json) none is generated; asked for, it is."""
+    folder = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    generate = pipeline("text-generation", model=model, tokenizer=AutoTokenizer.from_pretrained(folder))
+    prompt = "\nThe company's shares rose 5% on Tuesday, <unk> said. The <unk> of"
+    text = generate(prompt, max_new_tokens=40, do_sample=False)[0]["generated_text"]
+    new = text.removeprefix(prompt)
+    assert new != text and len(new.split()) > 5, text
+    assert "<unk>" not in new and "@" not in new and " ," not in new and " ." not in new, new
+    allowed = generate(prompt, max_new_tokens=40, do_sample=False, suppress_tokens=None)[0]["generated_text"]
+    assert "<unk>" in allowed.removeprefix(prompt), allowed

@@ -137,8 +137,19 @@ def test_end_to_end_saves_a_model_pipeline_can_use(corpus, tmp_path, adaptive):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(out)
-    assert model.config.vocab_size == len(AutoTokenizer.from_pretrained(out)) == 42  # 40 words, <eos>, <unk>
+    tok = AutoTokenizer.from_pretrained(out)
+    assert model.config.vocab_size == len(tok) == 42  # 40 words, <eos>, <unk>
+    assert model.generation_config.suppress_tokens == [tok.convert_tokens_to_ids("<unk>")]  # no <unk> generated
+    assert tok.init_kwargs["text_rules"] == "whitespace"  # detected: the corpus is neither WikiText nor PTB
     assert model.config.adaptive_softmax_cutoffs == ([10, 25] if adaptive else [])
+
+
+def test_text_rules_flag_builds_the_tokenizer_asked_for(corpus, tmp_path):
+    out = tmp_path / "run"
+    launch(data_args(corpus) + ["--output_dir", str(out), "--max_train_steps", "1", "--text_rules", "ptb"])
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(out).init_kwargs["text_rules"] == "ptb"
 
 
 def test_adaptive_softmax_needs_ids_in_training_frequency_order(corpus, tmp_path):
