@@ -143,6 +143,18 @@ def parse_args(argv=None):
     return args
 
 
+def best_of(grid: list[dict], what: str) -> dict:
+    """The best point of a grid sorted best first; diverged points (perplexity inf) are named in one line on stderr,
+    and a grid where every point diverged stops the script."""
+    diverged = [{k: v for k, v in r.items() if k not in ("ppl", "seconds")} for r in grid if math.isinf(r["ppl"])]
+    if diverged:
+        print(f"{what}: {len(diverged)} of {len(grid)} points diverged (perplexity inf, ranked last): {diverged}",
+              file=sys.stderr)  # fmt: skip
+    if math.isinf(grid[0]["ppl"]):
+        fail(f"every point of the {what} diverged; try smaller values")
+    return grid[0]
+
+
 def streams_for(ids, batch_size, max_tokens):
     if max_tokens:
         ids = ids[: max_tokens + 1]
@@ -204,7 +216,7 @@ def main(argv=None):
         with tqdm(total=math.prod(map(len, axes.values())), desc="cache grid (validation)", unit="point") as bar:
             grid = cache_grid_search(val, **axes, progress=bar)
         results["cache_grid"] = grid
-        best = grid[0]
+        best = best_of(grid, "cache grid")
         args.cache_window, args.cache_theta, args.cache_lambda = best["window"], best["theta"], best["lam"]
         results["cache_grid_best_on_validation"] = best
     if args.cache or args.cache_grid:
@@ -266,7 +278,7 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
         with tqdm(total=len(points), desc=f"dynamic grid (validation){label}", unit="point") as bar:
             grid = dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=bar)
         out[f"dynamic_grid{suffix}"] = grid
-        out[f"dynamic_grid_best_on_validation{suffix}"] = best = grid[0]
+        out[f"dynamic_grid_best_on_validation{suffix}"] = best = best_of(grid, "dynamic grid")
         lr, lam, segment = best["lr"], best["lam"], best["segment_length"]
     split_ids = ids[args.split][: args.max_tokens + 1] if args.max_tokens else ids[args.split]
     start = time.perf_counter()

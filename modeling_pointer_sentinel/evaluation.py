@@ -25,7 +25,15 @@ class StreamOutputs:
     hidden: torch.Tensor | None = None  # (B, N, D) last-layer outputs, for the neural cache
 
     def perplexity(self, pointer: bool = True) -> float:
-        return math.exp(-(self.log_probs if pointer else self.vocab_log_probs).double().mean().item())
+        return perplexity(-(self.log_probs if pointer else self.vocab_log_probs).double().mean().item())
+
+
+def perplexity(mean_nll: float) -> float:
+    """exp(mean NLL); inf where that overflows or is NaN, so a diverged run ranks last instead of raising
+    OverflowError or, as NaN, breaking a sort."""
+    if math.isnan(mean_nll) or mean_nll > 709.0:  # exp(709.8) overflows a double
+        return math.inf
+    return math.exp(mean_nll)
 
 
 def _segments(streams: torch.Tensor, length: int):
@@ -88,13 +96,26 @@ class NeuralCache:
 
     def __call__(self, hidden: torch.Tensor, targets: torch.Tensor, model_log_probs: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, D), targets (B, T) (the token after each position), model log p(y) (B, T) -> mixed (B, T)."""
-        out = []
-        for s in range(0, hidden.shape[1], self.chunk):
-            out.append(self._chunk(hidden[:, s : s + self.chunk], targets[:, s : s + self.chunk],
-                                   model_log_probs[:, s : s + self.chunk]))  # fmt: skip
-        return torch.cat(out, 1)
+        return self.mix(model_log_probs, *self.log_cache(hidden, targets), self.lam)
 
-    def _chunk(self, h, y, model_lp):
+    def log_cache(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p_cache(y) (B, T) and whether position t has any key (B, T); independent of lambda, so a grid over
+        lambda computes it once."""
+        parts = [self._chunk(hidden[:, s : s + self.chunk], targets[:, s : s + self.chunk])
+                 for s in range(0, hidden.shape[1], self.chunk)]  # fmt: skip
+        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+
+    @staticmethod
+    def mix(model_lp: torch.Tensor, log_cache: torch.Tensor, any_key: torch.Tensor, lam: float) -> torch.Tensor:
+        """log((1 - lam) p_model + lam p_cache), p_model alone where the cache is empty."""
+        if not 0 <= lam <= 1:
+            raise ValueError(f"Need 0 <= lambda <= 1, got {lam}.")
+        if lam == 0:
+            return model_lp
+        keep = math.log1p(-lam) if lam < 1 else -math.inf
+        return torch.where(any_key, torch.logaddexp(keep + model_lp, math.log(lam) + log_cache), model_lp)
+
+    def _chunk(self, h, y):
         B, T, _ = h.shape
         mem_k = h.new_zeros(B, 0, h.shape[-1]) if self.keys is None else self.keys
         mem_v = y.new_zeros(B, 0) if self.values is None else self.values
@@ -109,13 +130,8 @@ class NeuralCache:
         lse_all = torch.logsumexp(scores.masked_fill(~any_key[..., None], 0), -1)
         lse_hit = torch.logsumexp(scores.masked_fill(~hit, -torch.inf).masked_fill(~any_hit[..., None], 0), -1)
         log_cache = torch.where(any_hit, lse_hit - lse_all, -torch.inf)
-        if self.lam == 0:
-            mixed = model_lp
-        else:
-            keep = math.log1p(-self.lam) if self.lam < 1 else -math.inf
-            mixed = torch.logaddexp(keep + model_lp, math.log(self.lam) + log_cache)
         self.keys, self.values = keys[:, -self.window :], values[:, -self.window :]
-        return torch.where(any_key, mixed, model_lp)
+        return log_cache, any_key
 
 
 def neural_cache_loop_reference(hidden, targets, model_log_probs, window, theta, lam):
@@ -137,15 +153,17 @@ def neural_cache_loop_reference(hidden, targets, model_log_probs, window, theta,
 
 
 def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture", progress=None):
-    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first.
-    `progress` (e.g. a tqdm bar) gets `update(1)` after each grid point."""
+    """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first,
+    a diverged point (inf) last. The cache is scored once per (window, theta) and mixed for each lambda. `progress`
+    (e.g. a tqdm bar) gets `update(1)` after each grid point."""
     lp = outputs.log_probs if base == "mixture" else outputs.vocab_log_probs
     rows = []
     for w in windows:
         for th in thetas:
+            log_cache, any_key = NeuralCache(w, th).log_cache(outputs.hidden, outputs.targets)
             for lam in lambdas:
-                mixed = NeuralCache(w, th, lam)(outputs.hidden, outputs.targets, lp)
-                rows.append(dict(window=w, theta=th, lam=lam, ppl=math.exp(-mixed.double().mean().item())))
+                mixed = NeuralCache.mix(lp, log_cache, any_key, lam)
+                rows.append(dict(window=w, theta=th, lam=lam, ppl=perplexity(-mixed.double().mean().item())))
                 if progress is not None:
                     progress.update(1)
     return sorted(rows, key=lambda r: r["ppl"])
@@ -297,7 +315,8 @@ def dynamic_grid_search(
     model, ids: torch.Tensor, stats: GradientStatistics, points: list[dict], epsilon: float = 2e-5, progress=None
 ) -> list[dict]:
     """Perplexity of dynamic evaluation on `ids` for every point (a dict of lr, lam, segment_length), with the
-    seconds each took; rows sorted best first. `progress` gets `update(1)` after each point."""
+    seconds each took; rows sorted best first, a diverged point (inf) last. `progress` gets `update(1)` after each
+    point."""
     rows = []
     for point in points:
         start = time.perf_counter()

@@ -31,13 +31,15 @@ def evaluate_script():
 
 
 def evaluation_files(folder: Path, repeats: int):
-    """A small learnable corpus as train/valid/test files in `folder`: its lines, a tokenizer built on them, and the
-    data flags that name the files."""
+    """A small learnable corpus as train/valid/test files in `folder`: the training lines, a tokenizer built on them,
+    and the data flags that name the files. The three splits differ (same words, other lines), so a choice made on
+    the wrong split shows."""
     from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
 
     lines = ["a b c a b c d", "e f a b", "c d e f a", "b c a b c"] * repeats
-    for split in ("train", "valid", "test"):
-        (folder / f"{split}.txt").write_text("\n".join(lines) + "\n")
+    other = {"valid": ["b c a b", "d e f a b c", "a b c d", "f a b"], "test": ["c d e f a", "a b c a", "e f a b c d"]}
+    for split, text in (("train", lines), ("valid", other["valid"] * repeats), ("test", other["test"] * repeats)):
+        (folder / f"{split}.txt").write_text("\n".join(text) + "\n")
     files = ["--train_file", str(folder / "train.txt"), "--validation_file", str(folder / "valid.txt"),
              "--test_file", str(folder / "test.txt")]  # fmt: skip
     return lines, build_word_level_tokenizer(lines), files

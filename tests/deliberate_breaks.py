@@ -793,6 +793,42 @@ MUTS = [
         "self.now = time.perf_counter",
         [TT],
     ),
+    (
+        "grids: a NaN perplexity passes through",
+        E,
+        "    if math.isnan(mean_nll) or mean_nll > 709.0:",
+        "    if mean_nll > 709.0:",
+        DYN,
+    ),
+    (
+        "grids: exp overflows on a diverged point",
+        E,
+        "    if math.isnan(mean_nll) or mean_nll > 709.0:",
+        "    if math.isnan(mean_nll):",
+        DYN,
+    ),
+    ("grids: diverged points not reported", "examples/evaluate.py", "    if diverged:", "    if False:", DYN),
+    (
+        "cache grid mixes one lambda for all",
+        E,
+        "mixed = NeuralCache.mix(lp, log_cache, any_key, lam)",
+        "mixed = NeuralCache.mix(lp, log_cache, any_key, lambdas[0])",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "cache grid tuned on the test split",
+        "examples/evaluate.py",
+        'val = out if args.split == "validation" else run(model, "validation")',
+        "val = out",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "dynamic grid tuned on the test split",
+        "examples/evaluate.py",
+        'val = ids["validation"][: args.dynamic_grid_tokens + 1]',
+        "val = ids[args.split][: args.dynamic_grid_tokens + 1]",
+        DYN,
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

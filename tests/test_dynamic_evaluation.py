@@ -296,10 +296,32 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     dyn, best = res["dynamic"], res["dynamic_grid_best_on_validation"]
     assert (dyn["lr"], dyn["lam"], dyn["segment_length"]) == (best["lr"], best["lam"], best["segment_length"])
     assert len(res["dynamic_grid"]) == 4 and best["ppl"] == min(r["ppl"] for r in res["dynamic_grid"])
-    # valid and test are identical here, and the batch-1 static evaluation uses the same 5-token segments
-    assert res["ppl_dynamic"] == pytest.approx(best["ppl"], rel=1e-9)
+    # the grid is searched on validation: a run scoring the validation split finds the same grid, and there (the
+    # batch-1 static evaluation uses the same 5-token segments) the chosen point's figure and the static one return
+    flags = [
+        "--batch_size",
+        "1",
+        "--bptt",
+        "5",
+        "--dynamic",
+        "--dynamic_grid",
+        "--dynamic_grid_lrs",
+        "0",
+        "1e-3",
+        "--dynamic_grid_lambdas",
+        "0",
+        "0.01",
+        "--dynamic_grid_segments",
+        "5",
+        "--dynamic_stats_batch_size",
+        "2",
+    ]
+    on_valid = main([str(tmp_path / "m"), *files, *flags, "--split", "validation"])
+    assert [{**r, "seconds": 0} for r in on_valid["dynamic_grid"]] == [{**r, "seconds": 0} for r in res["dynamic_grid"]]
+    assert on_valid["ppl_dynamic"] == pytest.approx(best["ppl"], rel=1e-9)
+    assert res["ppl_dynamic"] != pytest.approx(best["ppl"], rel=1e-3)  # the test split is another text
     static = next(r["ppl"] for r in res["dynamic_grid"] if r["lr"] == 0 and r["lam"] == 0)
-    assert static == pytest.approx(res["ppl"], rel=1e-5)
+    assert static == pytest.approx(on_valid["ppl"], rel=1e-5)
     assert dyn["stats_tokens"] > 0 and dyn["objective"] == "mixture" and dyn["seconds"] >= 0
     assert res["dynamic_pointer_off"]["objective"] == "vocab" and math.isfinite(res["ppl_dynamic_pointer_off"])
     assert math.isfinite(res["ppl_dynamic_with_cache"])
@@ -310,3 +332,28 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # the statistics need the training split
         main([str(tmp_path / "m"), "--test_file", str(tmp_path / "test.txt"), "--dynamic"])
     assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err
+
+
+def test_a_diverging_grid_point_ranks_last_instead_of_breaking_the_search(capsys):
+    """A learning rate far too large drives the adapted model to NaN: its row reads perplexity inf and sorts last (no
+    OverflowError from exp, no NaN that leaves grid[0] other than the best); evaluate.py names it in one line, and
+    stops with one error line when every point diverged."""
+    from modeling_pointer_sentinel.evaluation import perplexity
+
+    assert perplexity(float("nan")) == perplexity(1e4) == math.inf and perplexity(0.0) == 1.0
+    model = tiny_model().eval()
+    stats = gradient_statistics(model, train_ids(), batch_size=4, segment_length=5)
+    points = [dict(lr=1e12, lam=0.0, segment_length=5), dict(lr=0.0, lam=0.0, segment_length=5)]
+    grid = dynamic_grid_search(model, train_ids(60, seed=3), stats, points)
+    assert [r["lr"] for r in grid] == [0.0, 1e12] and math.isfinite(grid[0]["ppl"]) and grid[1]["ppl"] == math.inf
+    main = evaluate_script()
+    best_of = main.__globals__["best_of"]
+    assert best_of(grid, "dynamic grid") is grid[0]
+    err = capsys.readouterr().err
+    assert (
+        err == "dynamic grid: 1 of 2 points diverged (perplexity inf, ranked last): [{'lr': 1000000000000.0, "
+        "'lam': 0.0, 'segment_length': 5}]\n"
+    )
+    with pytest.raises(SystemExit) as stop:
+        best_of(grid[1:], "dynamic grid")
+    assert stop.value.code == 2 and "error: every point of the dynamic grid diverged" in capsys.readouterr().err

@@ -126,7 +126,7 @@ def test_evaluate_script_end_to_end(tmp_path, capsys):
         tok.save_pretrained(tmp_path / name)
     res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--compare", str(tmp_path / "b"),
                 "--plots", str(tmp_path / "plots"), "--output_json", str(tmp_path / "r.json")])  # fmt: skip
-    n_tokens = sum(len(line.split()) + 1 for line in lines)
+    n_tokens = sum(len(line.split()) + 1 for line in (tmp_path / "test.txt").read_text().splitlines())
     assert res["tokens"] == 2 * (n_tokens // 2 - 1)  # two streams, every target once
     best = res["cache_grid_best_on_validation"]
     assert (res["cache"]["window"], res["cache"]["theta"], res["cache"]["lam"]) == (
@@ -135,8 +135,7 @@ def test_evaluate_script_end_to_end(tmp_path, capsys):
         best["lam"],
     )
     assert best["ppl"] == min(r["ppl"] for r in res["cache_grid"])
-    # valid and test files are identical here, so the test perplexity with the cache is the grid's best
-    assert res["ppl_with_cache"] == pytest.approx(best["ppl"], rel=1e-9)
+    assert res["ppl_with_cache"] != pytest.approx(best["ppl"], rel=1e-3)  # the test split is another text
     assert len(res["compare"]["bucket_log_ppl_gain"]) == 10
     for name in ("gate_histogram.png", "frequency_buckets.png", "pointer_0.png", "pointer_0.html"):
         assert (tmp_path / "plots" / name).stat().st_size > 0
@@ -150,6 +149,11 @@ def test_evaluate_script_end_to_end(tmp_path, capsys):
     for value in (res["ppl"], res["ppl_pointer_off"], best["ppl"], res["ppl_with_cache"], res["compare"]["ppl"]):
         assert f"{value:.2f}" in out
     assert "cache grid (validation)" in err and "36/36" in err  # a progress bar over the grid points
+    # the grid is searched on validation: a run that scores the validation split finds the same grid, and its own
+    # perplexity with the cache is the grid's best
+    on_valid = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--split", "validation"])
+    assert on_valid["cache_grid"] == res["cache_grid"]
+    assert on_valid["ppl_with_cache"] == pytest.approx(best["ppl"], rel=1e-9)
 
 
 def test_evaluate_script_cache_grid_is_the_one_asked_for(tmp_path, capsys):
@@ -229,3 +233,16 @@ def test_plots_without_matplotlib_fail_before_evaluating(monkeypatch, tmp_path, 
     with pytest.raises(SystemExit) as stop:  # before the (nonexistent) model is even looked at
         main([str(tmp_path / "no_model"), "--plots", str(tmp_path / "plots")])
     assert stop.value.code == 2 and "error: --plots needs matplotlib" in capsys.readouterr().err
+
+
+def test_a_cache_grid_point_with_an_impossible_target_ranks_last():
+    """A target the model gives probability 0: with lambda 0 the perplexity is inf (ranked last, not an error), and
+    the cache, which has seen the word, rescues it at lambda 0.5."""
+    from modeling_pointer_sentinel.evaluation import StreamOutputs, cache_grid_search
+
+    targets = torch.tensor([[1, 2, 1, 2, 1, 2]])
+    lp = torch.full((1, 6), math.log(0.5), dtype=torch.float64)
+    lp[0, 4] = -math.inf
+    out = StreamOutputs(targets, lp, lp, torch.ones(1, 6), hidden=torch.randn(1, 6, 4, dtype=torch.float64))
+    grid = cache_grid_search(out, windows=[3], thetas=[1.0], lambdas=[0.0, 0.5])
+    assert [r["lam"] for r in grid] == [0.5, 0.0] and math.isfinite(grid[0]["ppl"]) and grid[1]["ppl"] == math.inf
