@@ -469,6 +469,11 @@ def main(argv=None):
         accelerator.load_state(resume)
         cache.load_state_dict(torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False))
 
+    if "validation" not in evals:
+        accelerator.print(
+            "no validation split: training runs to --num_train_epochs or --max_train_steps, with no learning-rate "
+            "decay on a plateau, no early stop and no NT-ASGD trigger (give --validation_file for those)"
+        )
     n_params = sum(p.numel() for p in raw.parameters())
     accelerator.print(
         f"{n_params / 1e6:.2f}M parameters | {W} process(es) x batch {B} | {train.shape[1]} tokens per stream | "
@@ -561,7 +566,12 @@ def main(argv=None):
         if stop and state.segment < len(schedule):
             break
         # ---- end of epoch: validation, LR schedule, NT-ASGD trigger, early stop ----
-        val = evaluate("validation") if "validation" in evals else float("nan")
+        if "validation" not in evals:  # nothing to judge by: the epoch or step limit ends training
+            accelerator.print(f"epoch {state.epoch + 1} done | lr {state.lr:g}")
+            log({"step": state.step, "epoch": state.epoch, "lr": state.lr})
+            state.epoch, state.segment, cache = state.epoch + 1, 0, PointerSentinelCache()
+            continue
+        val = evaluate("validation")
         state.val_losses.append(val)
         improved = improves(val, state.best_val, args.min_improvement)
         if improved:
@@ -578,8 +588,7 @@ def main(argv=None):
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
         accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f} | lr {state.lr:g}")
         log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), "lr": state.lr})
-        state.epoch += 1
-        state.segment = 0
+        state.epoch, state.segment = state.epoch + 1, 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
         if state.bad_epochs >= args.patience:
             gain = f" by {args.min_improvement:.1%}" if args.min_improvement else ""
@@ -616,7 +625,7 @@ def main(argv=None):
         tokenizer.save_pretrained(out_dir)
         summary = {**results, "steps": state.step, "params": n_params, "stopped": state.stopped,
                    "unk_rate": unk_rates}  # fmt: skip
-        (out_dir / "results.json").write_text(json.dumps(summary))
+        (out_dir / "results.json").write_text(json.dumps(summary, allow_nan=False))  # strict JSON: no NaN/Infinity
     if args.sample_prompt is not None and accelerator.is_main_process:
         generator = pipeline("text-generation", model=str(out_dir), tokenizer=str(out_dir), dtype=torch.float32)
         text = generator(args.sample_prompt, max_new_tokens=30, do_sample=True, top_k=40, temperature=0.8)

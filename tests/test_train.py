@@ -741,3 +741,18 @@ def test_time_limit_decision_is_made_every_step_near_the_limit(processes, monkey
     assert step == 31
     want = [*range(1, 11), *range(20, 32)] if processes == 2 else []
     assert collectives == want
+
+
+def test_without_validation_trains_to_the_epoch_limit_and_says_so(small_corpus, tmp_path, capsys):
+    """No validation split: no NaN validation loss drives the LR schedule or the early stop; training runs its three
+    epochs at the same LR, says why in one line, and writes strict JSON (no NaN or Infinity)."""
+    train = train_module()
+    out = tmp_path / "out"
+    results = train.main(small_args(small_corpus, out, "--num_train_epochs", "3", "--patience", "1", "--log_every",
+                                    "1000", validation=False))  # fmt: skip
+    assert "no validation split: training runs to --num_train_epochs or --max_train_steps" in capsys.readouterr().out
+    assert [r["lr"] for r in log_rows(out) if "epoch" in r and "train_loss" not in r][:3] == [1.0, 1.0, 1.0]
+    summary = json.loads((out / "results.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    assert summary["stopped"] == "num_train_epochs (3)" and summary["epochs"] == 3
+    assert summary["best_validation_ppl"] is None and "validation_ppl" not in summary
+    assert math.isfinite(results["test_ppl"])
