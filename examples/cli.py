@@ -65,8 +65,21 @@ def load_or_fail(what: str, load, name: str):
     """`load(name)` (a `from_pretrained`), or one error line saying what could not be loaded and why."""
     try:
         return load(name)
-    except (OSError, ValueError) as e:
-        fail(f"cannot load the {what} {name}: {str(e).splitlines()[0]}")
+    except Exception as e:
+        if not isinstance(e, load_errors()):
+            raise
+        message = str(e).splitlines()[0] if isinstance(e, OSError | ValueError) else str(e)
+        if "ignore_mismatched_sizes" in message:  # transformers' load report, printed above, has the detail
+            message = "its weights do not fit its config.json (a misspelt or missing key? see the report above)"
+        fail(f"cannot load the {what} {name}: {message}")
+
+
+def load_errors() -> tuple[type[Exception], ...]:
+    """What a damaged or mistyped saved folder raises while it loads: a missing or unreadable file, a config.json
+    value of the wrong type (huggingface_hub's strict dataclasses), weights that do not fit the config."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return OSError, ValueError, RuntimeError, TypeError, KeyError, StrictDataclassError
 
 
 def load_saved_model(folder: str):

@@ -37,6 +37,7 @@ from cli import (  # noqa: E402
     check_ranges,
     describe_ranges,
     fail,
+    load_errors,
     load_or_fail,
     load_splits,
     non_negative,
@@ -201,11 +202,13 @@ def build_model(args, tokenizer):
             )
         return model
     eos = tokenizer.eos_token_id
+    from_tokenizer = dict(vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    if given := sorted(set(from_tokenizer) & set(args.model)):
+        fail(f"--config model: {', '.join(given)} come from the tokenizer ({len(tokenizer)} words, <eos> id {eos}); "
+             "leave them out")  # fmt: skip
     try:
-        config = PointerSentinelConfig(
-            vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos, **args.model
-        )
-    except (ValueError, TypeError) as e:  # the config's checks, the vocabulary-dependent ones (cutoffs) included
+        config = PointerSentinelConfig(**from_tokenizer, **args.model)
+    except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
     return PointerSentinelForCausalLM(config)
 

@@ -211,3 +211,66 @@ def test_docs_and_help_do_not_name_the_developers_shared_folder():
     """Users have no ../shared: the docs and the scripts' help name Hub datasets or "your copy of ptb.train.txt"."""
     files = [ROOT / "README.md", ROOT / "model_card.md", *sorted((ROOT / "examples").glob("*.py"))]
     assert [f.name for f in files if "../shared" in f.read_text()] == []
+
+
+def damaged_copy(saved_model, tmp_path, edit) -> str:
+    """A copy of the saved model whose config.json `edit` changed."""
+    import json
+    import shutil
+
+    folder = tmp_path / "damaged"
+    shutil.copytree(saved_model, folder)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+CONFIG_JSON_MISTAKES = {
+    "misspelt key": (lambda c: c.update(hiden_size=c.pop("hidden_size")), "its weights do not fit its config.json"),
+    "string for an int": (lambda c: c.update(hidden_size="16"), "Field 'hidden_size' expected int, got str"),
+    "float for an int": (lambda c: c.update(hidden_size=16.5), "Field 'hidden_size' expected int, got float"),
+    "string for a bool": (lambda c: c.update(use_pointer="yes"), "Field 'use_pointer' expected bool, got str"),
+}
+
+
+@pytest.mark.parametrize("script", ["generate.py", "evaluate.py", "train.py"])
+@pytest.mark.parametrize("case", sorted(CONFIG_JSON_MISTAKES))
+def test_a_damaged_saved_config_ends_in_one_error_line(script, case, saved_model, tmp_path):
+    """A misspelt key or a value of the wrong type in a saved config.json: one `error:` line naming the problem (the
+    misspelling's hint printed once above it), never a traceback."""
+    edit, message = CONFIG_JSON_MISTAKES[case]
+    folder = damaged_copy(saved_model, tmp_path, edit)
+    text = tmp_path / "text.txt"
+    text.write_text("a b c a b c d\ne f a b\n" * 20)
+    args = {
+        "generate.py": [folder, "--prompt", "a b"],
+        "evaluate.py": [folder, "--test_file", text],
+        "train.py": ["--model_name_or_path", folder, "--train_file", text, "--output_dir", tmp_path / "out"],
+    }
+    done = run_script(script, *args[script])
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert len(errors) == 1 and f"{script}: error: cannot load the " in errors[0] and message in errors[0], errors
+    if case == "misspelt key":
+        assert done.stderr.count("did you mean 'hidden_size'?") == 1
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ('{"hidden_size": "16"}', "Field 'hidden_size' expected int, got str"),
+        ('{"hidden_size": 16.5}', "Field 'hidden_size' expected int, got float"),
+        ('{"use_pointer": "yes"}', "Field 'use_pointer' expected bool, got str"),
+        ('{"vocab_size": 50}', "vocab_size come from the tokenizer"),
+    ],
+)
+def test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line(model, message, tmp_path):
+    (tmp_path / "cfg.json").write_text(f'{{"model": {model}}}')
+    text = tmp_path / "text.txt"
+    text.write_text("a b c a b c d\ne f a b\n" * 20)
+    done = run_script("train.py", "--config", tmp_path / "cfg.json", "--train_file", text, "--output_dir",
+                      tmp_path / "out")  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("train.py: error: --config model: ")
+    assert message in done.stderr.strip().splitlines()[-1]
