@@ -434,6 +434,11 @@ def main(argv=None):
             f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "
             f"tokens with {W * B} streams); use a smaller window or batch."
         )
+    if args.scheme == "window" and stride >= train.shape[1] - 1:
+        fail(
+            f"--stride {stride} is not shorter than each training stream ({train.shape[1]} tokens with {W * B} "
+            "streams); use a smaller stride or batch."
+        )
     if train.shape[1] < 2 * args.bptt and args.scheme == "stateful":
         fail(f"Each of the {W * B} streams holds {train.shape[1]} tokens, less than 2 x bptt.")
 

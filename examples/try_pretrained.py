@@ -22,7 +22,7 @@ from transformers import pipeline, set_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
-from cli import ArgumentParser, check_local_path, fail  # noqa: E402
+from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_errors, positive  # noqa: E402
 from evaluate import parse_args as evaluate_args  # noqa: E402
 from evaluate import streams_for  # noqa: E402
 from export_pretrained import DATASETS  # noqa: E402
@@ -32,6 +32,10 @@ from modeling_pointer_sentinel.training import encode_lines, load_text_splits  #
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"  # WikiText-2 is bundled: scored with no flag
+
+
+RANGES = [("--max_new_tokens", positive, "a positive integer"), ("--num_samples", positive, "a positive integer"),
+          ("--num_threads", positive, "a positive integer"), ("--seed", lambda v: v >= 0, ">= 0")]  # fmt: skip
 
 
 def parse_args(argv=None):
@@ -44,11 +48,14 @@ def parse_args(argv=None):
     a("--seed", type=int, default=0)
     a("--test_file", help="the test split to score (PTB models: your copy of ptb.test.txt; WikiText-2: bundled)")
     a("--num_threads", type=int, default=None, help="torch CPU threads")
+    describe_ranges(p, RANGES)
     args = p.parse_args(argv)
+    check_ranges(p, args, RANGES)
     if not (Path(args.model) / "eval_results.json").is_file():
         p.error(f"{args.model}: no shipped model there (a folder of pretrained/ with eval_results.json; the PTB "
                 "models are added with examples/export_pretrained.py)")  # fmt: skip
-    check_local_path(p, "--test_file", args.test_file)
+    if args.test_file and not Path(args.test_file).is_file():  # checked before the samples, not after
+        p.error(f"--test_file {args.test_file}: no such file")
     return args
 
 
@@ -59,7 +66,10 @@ def main(argv=None):
     start = time.perf_counter()
     record = json.loads((Path(args.model) / "eval_results.json").read_text())
     set_seed(args.seed)
-    generator = pipeline("text-generation", model=args.model, trust_remote_code=True, dtype=torch.float32)
+    try:
+        generator = pipeline("text-generation", model=args.model, trust_remote_code=True, dtype=torch.float32)
+    except load_errors() as e:  # a damaged folder: a missing or unreadable file, a config.json that does not fit
+        fail(f"cannot load the model in {args.model}: {str(e).strip().splitlines()[-1]}")  # pipeline's last cause
     prompt = args.prompt if args.prompt is not None else DATASETS[record["dataset"]]["prompt"]
     print(f"{record['model']}: {record['dataset_name']}, test perplexity {record['test']['ppl']:.2f} on its card")
     # Every training line follows an <eos> (the tokenizer's line break); from the zero state with none before it the

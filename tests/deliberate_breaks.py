@@ -829,6 +829,62 @@ MUTS = [
         "val = ids[args.split][: args.dynamic_grid_tokens + 1]",
         DYN,
     ),
+    (
+        "load errors: only OSError and ValueError caught",
+        "examples/cli.py",
+        "    return OSError, ValueError, RuntimeError, TypeError, KeyError, StrictDataclassError",
+        "    return OSError, ValueError",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "config hint printed at every load",
+        C,
+        '        logger.warning_once(f"{type(config).__name__}: unknown key',
+        '        logger.warning(f"{type(config).__name__}: unknown key',
+        ["tests/test_cli.py"],
+    ),
+    (
+        "train config may set vocab_size",
+        T,
+        "    if given := sorted(set(from_tokenizer) & set(args.model)):",
+        "    if given := []:",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "try_pretrained checks the test file after the samples",
+        "examples/try_pretrained.py",
+        "    if args.test_file and not Path(args.test_file).is_file():",
+        "    if False:",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "try_pretrained: sample count unchecked",
+        "examples/try_pretrained.py",
+        '("--num_samples", positive, "a positive integer"),',
+        "",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "try_pretrained: pipeline unguarded",
+        "examples/try_pretrained.py",
+        "    except load_errors() as e:  # a damaged folder",
+        "    except ImportError as e:  # a damaged folder",
+        ["tests/test_cli.py"],
+    ),
+    (
+        "window stride longer than the streams accepted",
+        T,
+        '    if args.scheme == "window" and stride >= train.shape[1] - 1:',
+        "    if False:",
+        [TT],
+    ),
+    (
+        "no validation: NaN drives the schedule again",
+        T,
+        '            continue\n        val = evaluate("validation")',
+        '            pass\n        val = evaluate("validation") if "validation" in evals else float("nan")',
+        [TT],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

@@ -274,3 +274,29 @@ def test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line(model, mes
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith("train.py: error: --config model: ")
     assert message in done.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "case, args, message",
+    [
+        (
+            "missing test file",
+            ["--test_file", "no_such_ptb.test.txt"],
+            "--test_file no_such_ptb.test.txt: no such file",
+        ),
+        ("negative length", ["--max_new_tokens", "-1"], "--max_new_tokens must be a positive integer, got -1"),
+        ("no samples", ["--num_samples", "0"], "--num_samples must be a positive integer, got 0"),
+        ("damaged folder", [], "OSError: Error no file named model.safetensors"),
+    ],
+)
+def test_try_pretrained_bad_input_is_one_error_line_before_any_sample(case, args, message, tmp_path):
+    import shutil
+
+    folder = ROOT / "pretrained" / "ptb-lstm-2x200"
+    if case == "damaged folder":
+        folder = shutil.copytree(folder, tmp_path / "damaged")
+        (folder / "model.safetensors").unlink()
+    done = run_script("try_pretrained.py", "--model", folder, *args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "sample:" not in done.stdout, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("try_pretrained.py: error: ") and message in last, last

@@ -756,3 +756,12 @@ def test_without_validation_trains_to_the_epoch_limit_and_says_so(small_corpus, 
     assert summary["stopped"] == "num_train_epochs (3)" and summary["epochs"] == 3
     assert summary["best_validation_ppl"] is None and "validation_ppl" not in summary
     assert math.isfinite(results["test_ppl"])
+
+
+def test_a_window_stride_longer_than_the_streams_is_one_error_before_training(small_corpus, tmp_path, capsys):
+    train = train_module()
+    with pytest.raises(SystemExit) as stop:
+        train.main(small_args(small_corpus, tmp_path / "out", "--scheme", "window", "--stride", "9000"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and "error: --stride 9000 is not shorter than each training stream" in err[-1]
+    assert not (tmp_path / "out" / "log.jsonl").exists()  # stopped before the first step
