@@ -154,8 +154,9 @@ def main(argv=None):
     fixed = measure(shipped, ids["test"], 1, bptt, FIXED_SLICE_TOKENS)
     name = out_dir.name
     folder = display_path(out_dir)
-    test_file = display_path(args.test_file) if args.test_file else "wiki.test.tokens.xz"
-    valid_file = display_path(args.validation_file) if args.validation_file else "wiki.valid.tokens.xz"
+    bundled = "modeling_pointer_sentinel/data/wikitext-2"  # the commands run from the repository root
+    test_file = display_path(args.test_file) if args.test_file else f"{bundled}/wiki.test.tokens.xz"
+    valid_file = display_path(args.validation_file) if args.validation_file else f"{bundled}/wiki.valid.tokens.xz"
     data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
     recipe = load_recipe(args.recipe, args.dataset)
     train_results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
@@ -323,11 +324,12 @@ To score a long text, pass it whole or in chunks with `past_key_values` (the LST
 ## Limitations
 
 - Word-level, closed vocabulary: any word outside the {config.vocab_size:,} known ones is `<unk>`, and the input must
-  be tokenised as the corpus is ({
-        "lower case, numbers as `N`, no punctuation"
+  be in the corpus's form. The tokenizer puts raw text into it ({
+        "PTB's: lower case, numbers and `%` as `N`, `n't` split off, punctuation dropped but for the corpus's own "
+        "`$`, `&`, `#` and `'`"
         if record["dataset"] == "ptb"
-        else "WikiText tokenisation: ` @-@ `, ` @,@ `, spaces around punctuation"
-    }). Raw text scores badly and unfairly.
+        else "WikiText's: punctuation and clitics split off, `@-@`, `@,@` and `@.@` inside words and numbers"
+    }) and decodes back to natural text; the card's perplexities are on the corpus's own text.
 - A small model trained on a small corpus ({info["name"]}); its text is fluent only locally. Not for use beyond
   language-modelling research and teaching.
 - {data_note}

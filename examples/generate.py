@@ -31,8 +31,9 @@ def until_eos(new: torch.Tensor, eos: int | None) -> torch.Tensor:
 
 
 def join_text(prompt: str, continuation: str) -> str:
-    """Prompt and decoded continuation with one space between (the word-level decoder starts every word with one)."""
-    return " ".join(part for part in (prompt.strip(), continuation.strip()) if part)
+    """Prompt and decoded continuation put together: the word-level decoder starts every word with a space and joins
+    punctuation to the word before it."""
+    return (prompt.strip() + continuation.rstrip()).strip()
 
 
 def pointer_shares(model, seq: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,7 +78,7 @@ def check_flags(p, args):
 def main(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="directory written by save_pretrained (model + tokenizer)")
-    p.add_argument("--prompt", default="", help="empty: start from <eos> (a sentence start)")
+    p.add_argument("--prompt", default="", help="text to continue, from a line start (<eos> before it)")
     p.add_argument("--max_new_tokens", type=int, default=30)
     p.add_argument("--do_sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -103,7 +104,11 @@ def main(argv=None):
     tok, model = load_saved_model(args.model)
     if args.show_gate and not model.config.use_pointer:
         p.error(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
-    ids = tok(args.prompt or tok.eos_token, return_tensors="pt")["input_ids"]
+    # Every training line follows an <eos>: the prompt starts a line (from the zero state without one, the PTB pointer
+    # model ends the line at once, p(<eos>) 0.85 after "the company said").
+    prompt_ids = tok(args.prompt, add_special_tokens=False)["input_ids"]
+    eos = tok.eos_token_id
+    ids = torch.tensor([prompt_ids if prompt_ids[:1] == [eos] else [eos, *prompt_ids]])
     out = model.generate(
         ids,
         max_new_tokens=args.max_new_tokens,

@@ -885,6 +885,13 @@ MUTS = [
         '            pass\n        val = evaluate("validation") if "validation" in evals else float("nan")',
         [TT],
     ),
+    (
+        "generate.py prompts from the zero state",
+        G,
+        "ids = torch.tensor([prompt_ids if prompt_ids[:1] == [eos] else [eos, *prompt_ids]])",
+        "ids = torch.tensor([prompt_ids])",
+        ["tests/test_cli.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

@@ -171,10 +171,13 @@ def test_generate_show_gate_prints_each_words_pointer_share(tmp_path, capsys):
     generate_main()([str(tmp_path), "--prompt", "a b c a", "--max_new_tokens", "5", "--show_gate"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if "g=" in line]
     assert rows
-    seq = torch.tensor(tok("a b c a")["input_ids"] + tok.convert_tokens_to_ids([r[0] for r in rows]))
+    # the prompt starts a line: <eos> first
+    seq = torch.tensor(
+        [tok.eos_token_id, *tok("a b c a")["input_ids"], *tok.convert_tokens_to_ids([r[0] for r in rows])]
+    )
     with torch.no_grad():
         out = model.eval()(seq[None, :-1])
-    at, words = slice(3, None), seq[4:]
+    at, words = slice(4, None), seq[5:]
     p_mix = out.logits[0, at].gather(-1, words[:, None]).squeeze(-1).exp()
     p_vocab = torch.softmax(out.vocab_logits[0, at], -1).gather(-1, words[:, None]).squeeze(-1)
     want = (1 - out.gate[0, at] * p_vocab / p_mix).clamp(min=0)
@@ -300,3 +303,13 @@ def test_try_pretrained_bad_input_is_one_error_line_before_any_sample(case, args
     assert done.returncode == 2 and "Traceback" not in done.stderr and "sample:" not in done.stdout, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("try_pretrained.py: error: ") and message in last, last
+
+
+def test_generate_docstring_example_continues_its_prompt_on_the_shipped_ptb_model(capsys):
+    """The prompt starts a line (<eos> before it), as every training line does: from the zero state without one the
+    PTB pointer model ends the line at once and prints the bare prompt."""
+    folder = ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200"
+    generate_main()([str(folder), "--prompt", "the company said", "--max_new_tokens", "10", "--do_sample",
+                     "--temperature", "0.8", "--top_k", "50", "--seed", "0", "--num_return_sequences", "3"])  # fmt: skip
+    samples = capsys.readouterr().out.strip().splitlines()
+    assert len(samples) == 3 and all(s.startswith("the company said ") for s in samples), samples
