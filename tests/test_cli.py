@@ -309,7 +309,7 @@ def test_generate_docstring_example_continues_its_prompt_on_the_shipped_ptb_mode
     """The prompt starts a line (<eos> before it), as every training line does: from the zero state without one the
     PTB pointer model ends the line at once and prints the bare prompt."""
     folder = ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200"
-    generate_main()([str(folder), "--prompt", "the company said", "--max_new_tokens", "10", "--do_sample",
-                     "--temperature", "0.8", "--top_k", "50", "--seed", "0", "--num_return_sequences", "3"])  # fmt: skip
+    flags = ["--max_new_tokens", "10", "--do_sample", "--temperature", "0.8", "--top_k", "50", "--seed", "0"]
+    generate_main()([str(folder), "--prompt", "the company said", *flags, "--num_return_sequences", "3"])
     samples = capsys.readouterr().out.strip().splitlines()
     assert len(samples) == 3 and all(s.startswith("the company said ") for s in samples), samples
