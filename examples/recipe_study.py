@@ -46,6 +46,24 @@ CANDIDATES = {
         {**SGD, "learning_rate": 30.0, "alpha": 2.0, "beta": 1.0},
         "AWD-LSTM: SGD 30 + NT-ASGD, its dropouts and AR/TAR",
     ),  # fmt: skip
+    "ptb_plain_b64_bptt70": (
+        "ptb",
+        False,
+        {},
+        {"per_device_train_batch_size": 64, "bptt": 70},
+        "the shipped recipe at batch 64, BPTT 70 (throughput on CPU)",
+    ),  # fmt: skip
+    # WikiText-2: the adaptive softmax's shape against the full softmax (tail projections 50 and 12 wide today)
+    "wt2_plain_base": ("wt2", False, {}, {}, "the shipped recipe, adaptive softmax [2000, 10000], div 4"),
+    "wt2_plain_full_softmax": ("wt2", False, {"adaptive_softmax_cutoffs": []}, {}, "the shipped recipe, full softmax"),
+    "wt2_plain_div2": ("wt2", False, {"adaptive_softmax_div_value": 2.0}, {}, "adaptive softmax, div 2 (wider tails)"),
+    "wt2_plain_cutoffs_4000": (
+        "wt2",
+        False,
+        {"adaptive_softmax_cutoffs": [4000, 15000]},
+        {},
+        "adaptive softmax [4000, 15000], div 4",
+    ),  # fmt: skip
 }
 
 
