@@ -1,4 +1,4 @@
-"""Evaluate a saved model: perplexity with and without the pointer, the neural cache, and analysis pictures.
+r"""Evaluate a saved model: perplexity with and without the pointer, the neural cache, and analysis pictures.
 
     python examples/evaluate.py outputs/quickstart                                  # bundled WikiText-2 test split
     python examples/evaluate.py outputs/ptb_pointer --dataset_name ptb_text_only \

@@ -1,4 +1,4 @@
-"""Make a shippable model folder (laid out as a Hugging Face Hub model repository) from a trained run.
+r"""Make a shippable model folder (laid out as a Hugging Face Hub model repository) from a trained run.
 
     python examples/export_pretrained.py RUN_DIR pretrained/ptb-pointer-sentinel-lstm-2x200 --dataset ptb \
         --validation_file ptb.valid.txt --test_file ptb.test.txt --recipe results/converged/results.json

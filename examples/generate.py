@@ -1,4 +1,4 @@
-"""Sample from a saved Pointer Sentinel-LSTM.
+r"""Sample from a saved Pointer Sentinel-LSTM.
 
     python examples/generate.py outputs/quickstart --prompt "the company said" --max_new_tokens 30 --do_sample \
         --temperature 0.8 --top_k 50 --seed 0 --show_gate

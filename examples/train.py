@@ -1,4 +1,4 @@
-"""Train a Pointer Sentinel-LSTM (or the plain LSTM baseline) with Accelerate.
+r"""Train a Pointer Sentinel-LSTM (or the plain LSTM baseline) with Accelerate.
 
     accelerate launch examples/train.py --config examples/configs/quickstart_cpu.json      # bundled WikiText-2
     accelerate launch --multi_gpu --num_processes 2 examples/train.py --cpu ...            # two CPU ranks (gloo)

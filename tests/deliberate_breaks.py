@@ -892,6 +892,13 @@ MUTS = [
         "ids = torch.tensor([prompt_ids])",
         ["tests/test_cli.py"],
     ),
+    (
+        "help: train.py's examples lose their line breaks",
+        T,
+        'r"""Train a Pointer',
+        '"""Train a Pointer',
+        ["tests/test_cli.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

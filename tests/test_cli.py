@@ -313,3 +313,13 @@ def test_generate_docstring_example_continues_its_prompt_on_the_shipped_ptb_mode
     generate_main()([str(folder), "--prompt", "the company said", *flags, "--num_return_sequences", "3"])
     samples = capsys.readouterr().out.strip().splitlines()
     assert len(samples) == 3 and all(s.startswith("the company said ") for s in samples), samples
+
+
+@pytest.mark.parametrize("script", ["train.py", "generate.py", "evaluate.py", "export_pretrained.py"])
+def test_help_examples_keep_their_line_continuations(script):
+    """--help prints the module docstring: a shell example split over lines must keep its `\\` and line break (a
+    non-raw docstring turns them into a run of spaces)."""
+    import ast
+
+    doc = ast.get_docstring(ast.parse((ROOT / "examples" / script).read_text()), clean=False)
+    assert " \\\n" in doc and "         --" not in doc
