@@ -210,7 +210,31 @@ def build_model(args, tokenizer):
         config = PointerSentinelConfig(**from_tokenizer, **args.model)
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
+    check_fits(config, args.per_device_train_batch_size, args.optimizer)
     return PointerSentinelForCausalLM(config)
+
+
+def check_fits(config, streams: int, optimizer: str, available: int | None = None):
+    """Refuse, before anything is allocated, a model whose float32 weights, gradients and optimizer state, with the
+    recurrent state and pointer window of `streams` streams, need more memory than the device has (a lower bound:
+    activations come on top)."""
+    with torch.device("meta"):  # sizes only, no memory
+        params = sum(p.numel() for p in PointerSentinelForCausalLM(config).parameters())
+    copies = {"adamw": 4, "ntasgd": 3, "sgd": 2}[optimizer]  # weights, gradients (+ Adam's two moments / the average)
+    window = streams * config.pointer_window * (4 * config.output_size + 8 + 1)  # states, ids, mask
+    need = 4 * params * copies + window
+    if available is None:
+        if torch.cuda.is_available():
+            available = torch.cuda.mem_get_info()[1]
+        else:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > available:
+        fail(
+            f"the model needs at least {need / 2**30:,.1f} GiB ({params:,} parameters x {copies} float32 copies with "
+            f"{optimizer}, and a pointer window of {config.pointer_window:,} x {config.output_size} per stream for "
+            f"{streams} streams), more than the {available / 2**30:,.1f} GiB this device has: use a smaller "
+            "hidden_size, pointer_window or batch"
+        )
 
 
 def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:

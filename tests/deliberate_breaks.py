@@ -905,6 +905,20 @@ MUTS = [
         '"""Train a Pointer',
         ["tests/test_cli.py"],
     ),
+    (
+        "size check: refuses nothing",
+        T,
+        "    if need > available:\n        fail(",
+        "    if False:\n        fail(",
+        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+    ),
+    (
+        "size check: the pointer window left out",
+        T,
+        "    need = 4 * params * copies + window",
+        "    need = 4 * params * copies",
+        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

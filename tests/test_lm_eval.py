@@ -48,3 +48,15 @@ def test_lm_evals_wikitext_task_runs_offline_and_agrees_with_the_model(monkeypat
         n += ids.shape[1] - 1
     assert result["tokens_scored"] == n
     assert result["token_perplexity"] == pytest.approx(math.exp(nll / n), rel=1e-4)
+
+
+def test_the_round_trip_counts_aligned_tokens_only():
+    """One line through the detokeniser, read back by a whitespace tokenizer: `Fu's`, `poems,` and `1,200` are unknown
+    words, so of the 8 original tokens only the line end comes back (an aligned match, not a count of tokens)."""
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    doc = " Fu 's poems , 1 @,@ 200 \n"
+    tok = build_word_level_tokenizer([doc.strip()], text_rules="whitespace")
+    result = lm_eval_wikitext.roundtrip(tok, [doc])
+    assert result["tokens"] == 8 and result["given_back"] == 1 / 8
+    assert result["unk_rate"] == 0 and result["unk_rate_detokenised"] == 3 / 4

@@ -35,10 +35,13 @@ def test_every_directly_imported_package_is_declared():
     names, _ = declared()
     required, optional = set(names[""]), {n for group, ns in names.items() if group for n in ns}
     dist = lambda module: DISTRIBUTION.get(module, module).lower().replace("_", "-")  # noqa: E731
+    extras = {n for group, ns in names.items() if group not in ("", "dev") for n in ns}  # a user's optional extras
     missing = sorted(m for m in imported("modeling_pointer_sentinel") | imported("examples")
                      if dist(m) not in required and m != "matplotlib")  # fmt: skip
+    missing = sorted(m for m in missing if not (m == "lm_eval" and dist(m) in extras))  # lm_eval_wikitext.py only
     assert missing == [], f"imported by the package or the examples but not in dependencies: {missing}"
     assert "matplotlib" in names["analysis"] and "matplotlib" in names["dev"]  # optional: pictures only
+    assert "lm-eval" in names["lm-eval"] and "lm-eval" in names["dev"]  # optional: examples/lm_eval_wikitext.py
     missing = sorted(m for m in imported("tests") | imported("benchmarks") if dist(m) not in required | optional)
     assert missing == [], f"imported by the tests or benchmarks but not declared: {missing}"
 

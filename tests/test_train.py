@@ -617,11 +617,13 @@ def test_each_optimizer_is_what_it_is_named(optimizer, small_corpus, tmp_path, o
 
 
 @pytest.mark.parametrize("case", ["best is the average", "best before averaging", "no validation"])
-def test_ntasgd_evaluates_and_saves_the_running_average(case, small_corpus, tmp_path, optimizer_steps, monkeypatch):
+def test_ntasgd_evaluates_and_saves_the_running_average(
+    case, small_corpus, tmp_path, optimizer_steps, monkeypatch, capsys
+):
     """NT-ASGD, triggered after epoch 1 (forced): from the weights at the trigger on, the average takes in the weights
     after every update. Epoch 2 is validated with the average, and the saved model is the best validated weights:
     the average computed here from the optimizer's own steps, or epoch 1's weights when epoch 2 did not improve
-    (the decision scripted); with no validation at all, the average."""
+    (the decision scripted). With no validation there is nothing to trigger on: plain SGD, its last weights saved."""
     train = train_module()
     trigger_at = []
     monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: trigger_at.append(len(optimizer_steps)) or True)
@@ -631,8 +633,13 @@ def test_ntasgd_evaluates_and_saves_the_running_average(case, small_corpus, tmp_
     out = tmp_path / "out"
     results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "2",
                                     validation=case != "no validation"))  # fmt: skip
-    (n1,) = trigger_at
     snapshots = [s["params"] for s in optimizer_steps]
+    if case == "no validation":
+        assert trigger_at == [] and "no NT-ASGD trigger" in capsys.readouterr().out
+        for got, w in zip(saved_parameters(out), snapshots[-1], strict=True):
+            torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-6)
+        return
+    (n1,) = trigger_at
     assert 10 < n1 < len(snapshots)
     average = [torch.stack(ws).mean(0) for ws in zip(*snapshots[n1 - 1 :], strict=True)]  # trigger weights + epoch 2
     want = snapshots[n1 - 1] if case == "best before averaging" else average
@@ -765,3 +772,25 @@ def test_a_window_stride_longer_than_the_streams_is_one_error_before_training(sm
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and "error: --stride 9000 is not shorter than each training stream" in err[-1]
     assert not (tmp_path / "out" / "log.jsonl").exists()  # stopped before the first step
+
+
+@pytest.mark.parametrize(
+    "model, what",
+    [
+        ({"pointer_window": 1_000_000_000}, "a pointer window of 1,000,000,000"),
+        ({"hidden_size": 200_000}, "parameters"),
+    ],
+)
+def test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs(model, what, small_corpus, tmp_path, capsys):
+    """Stateful training keeps a (batch, L, D) window: a window of 10^9 (or 200,000 hidden units) cannot be
+    allocated; the script says what it would need before allocating anything, instead of an allocator traceback."""
+    cfg = json.loads(TINY.read_text())
+    cfg["model"].update(model)
+    (tmp_path / "big.json").write_text(json.dumps(cfg))
+    args = small_args(small_corpus, tmp_path / "out")
+    args[args.index("--config") + 1] = str(tmp_path / "big.json")
+    with pytest.raises(SystemExit) as stop:
+        train_module().main(args)
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert stop.value.code == 2 and "error: the model needs at least" in last and what in last, last
+    assert "more than the" in last and "GiB this device has" in last

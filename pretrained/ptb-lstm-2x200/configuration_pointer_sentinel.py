@@ -35,8 +35,8 @@ def warn_unknown_keys(config, kwargs: dict):
     for key in sorted(set(kwargs) - set(fields) - TRANSFORMERS_KEYS - GENERATION_KEYS):
         near = difflib.get_close_matches(key, fields, n=1)
         hint = f"did you mean {near[0]!r}?" if near else "no field has a similar name."
-        logger.warning(f"{type(config).__name__}: unknown key {key!r} (kept as an attribute, unused by the model); "
-                       f"{hint}")  # fmt: skip
+        logger.warning_once(f"{type(config).__name__}: unknown key {key!r} (kept as an attribute, unused by the "
+                            f"model); {hint}")  # fmt: skip
 
 
 @strict
