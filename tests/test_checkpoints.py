@@ -3,14 +3,13 @@ with --resume_from_checkpoint latest, ends bit-exact with a run that was never k
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 
 import pytest
 from safetensors.torch import load_file
-from test_train import TINY, TRAIN, _env, losses, train_module
+from test_train import TINY, TRAIN, _env, losses, repeated_sentences, train_module
 
 KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
 
@@ -23,13 +22,7 @@ KILL_EVENTS = [1, 2, 4, 7, 8, 9, 10]
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory):
     """Short enough that the killed run crosses an epoch end (validation, best weights, LR decay) within its steps."""
-    d = tmp_path_factory.mktemp("small_corpus")
-    rng = random.Random(0)
-    words = [f"w{i}" for i in range(40)]
-    for split, n in (("train", 60), ("valid", 15), ("test", 15)):
-        lines = (" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n))
-        (d / f"{split}.txt").write_text("\n".join(lines) + "\n")
-    return d
+    return repeated_sentences(tmp_path_factory.mktemp("small_corpus"), 0, 40, (3, 12), (60, 15, 15))
 
 
 def common_args(corpus, tmp_path):
