@@ -55,14 +55,17 @@ def test_pointer_changes_greedy_choice_towards_window_words():
     assert set(out[0, PROMPT.shape[1] :].tolist()) <= set(PROMPT[0].tolist())
 
 
-def test_decoding_is_one_token_per_step_after_prefill():
+@pytest.mark.parametrize("decode_step", ["forward", "fast"])
+def test_decoding_is_one_token_per_step_after_prefill(decode_step):
+    """The forward path calls forward once per token; the fast path once, for the prompt, then the decode step."""
     m = model()
     lengths = []
     m.register_forward_pre_hook(
         lambda mod, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True
     )
-    gen(m, max_new_tokens=8, do_sample=False)
-    assert lengths == [PROMPT.shape[1]] + [1] * 7
+    out = gen(m, max_new_tokens=8, do_sample=False, decode_step=decode_step)
+    assert out.shape[1] == PROMPT.shape[1] + 8
+    assert lengths == [PROMPT.shape[1]] + [1] * 7 * (decode_step == "forward")
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,13 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import GenerationMixin, LogitsProcessor, PreTrainedModel
 from transformers import initialization as init
+from transformers.generation.logits_process import (
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import ModelOutput
 
@@ -130,10 +137,7 @@ class PointerSentinelLSTMLayer(nn.Module):
         keep = zoneout_masks(p, T, h) if p > 0 and self.training else None
         outputs = []
         for t in range(T):
-            gates = torch.addmm(x_proj[:, t], h.to(x_proj.dtype), w_hh.t())
-            i, f, g, o = gates.chunk(4, -1)
-            c_new = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h_new = torch.sigmoid(o) * torch.tanh(c_new)
+            h_new, c_new = lstm_cell(torch.addmm(x_proj[:, t], h.to(x_proj.dtype), w_hh.t()), c)
             if p > 0:
                 keep_h, keep_c = (keep[0, t], keep[1, t]) if keep is not None else (p, p)
                 h_new, c_new = zoneout(h_new, h, keep_h), zoneout(c_new, c, keep_c)
@@ -143,6 +147,14 @@ class PointerSentinelLSTMLayer(nn.Module):
             h, c = h_new, c_new
             outputs.append(h)
         return torch.stack(outputs, 1), h, c
+
+
+def lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2.1) one LSTM step from its pre-activations [i, f, g, o] (B, 4H) and the cell c (B, H): returns (h, c).
+    Plain pointwise ops, so `torch.compile` fuses them into one kernel (`nn.LSTM` is opaque to it)."""
+    i, f, g, o = gates.chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
 
 
 def _fused_lstm(x, h0, c0, weights, training):
@@ -222,7 +234,11 @@ class PointerSentinelHead(nn.Module):
         """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk]; valid (B, T, L) the window's real
         positions. Returns log g (B, T) and log a (B, T, L) over positions t-L+1 ... t."""
         q = torch.tanh(self.query(h))  # (2.2a)
-        z = window_scores(q, keys, valid.shape[-1]).masked_fill(~valid, -torch.inf)  # (2.2b)
+        return self.attend(h, q, window_scores(q, keys, valid.shape[-1]), valid)  # (2.2b)
+
+    def attend(self, h, q, z, valid):
+        """The window's scores z (..., L) and queries q (..., D) -> log g (...) and log a (..., L)."""
+        z = z.masked_fill(~valid, -torch.inf)
         if self.gate_type == "sentinel":  # (2.4)
             log_a = torch.log_softmax(torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1), -1)
             return log_a[..., -1], log_a[..., :-1]
@@ -827,10 +843,17 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             _check_ids("shift_labels", shift_labels, self.config.vocab_size, allow_ignore=True)
 
     # --- generate hooks ------------------------------------------------------------------------------------------
-    def generate(self, *args, pointer_mix: bool | None = None, **kwargs):
+    def generate(self, *args, pointer_mix: bool | None = None, decode_step: str = "fast", **kwargs):
         r"""
         pointer_mix: False samples from the vocabulary softmax alone (default True: the pointer mixture).
+        decode_step: how greedy search and sampling run after the prompt. "fast" (default): `decode_step`, one
+            token per call on packed weights and a preallocated state and window, the same tokens and scores as
+            "forward"; "compiled": that step under `torch.compile`, which pays only over long generations (compiling
+            takes many seconds, once per model and batch size); "forward": the model's forward at each token, in
+            transformers' own loop. Beam search always uses the forward.
         """
+        if decode_step not in ("fast", "compiled", "forward"):
+            raise ValueError(f'decode_step must be "fast", "compiled" or "forward", got {decode_step!r}.')
         config = kwargs.get("generation_config") or self.generation_config
         if kwargs.get("penalty_alpha", getattr(config, "penalty_alpha", None)):
             raise ValueError(
@@ -845,9 +868,81 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 f"attention_mask of shape {tuple(mask.shape)} does not fit the prompt's input_ids of shape "
                 f"{tuple(ids.shape)}: give one mask entry per prompt token."
             )
-        if pointer_mix is not None:  # carried by the per-call stash (a model kwarg), not by the generation config
-            kwargs["pointer_stash"] = PointerStash(mix=pointer_mix)
+        # Both travel in the per-call stash (a model kwarg), not in the generation config.
+        kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)
         return super().generate(*args, **kwargs)
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):  # fmt: skip
+        """Greedy search and sampling. After the prompt (transformers' prefill), each token is one `decode_step`
+        instead of a forward call; token selection, processors, stopping criteria, streamer and outputs are those
+        of transformers' `_sample`. Falls back to it where the step does not apply."""
+        stash = model_kwargs.get("pointer_stash") or PointerStash()
+        if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
+                or model_kwargs.get("past_key_values") is None):  # fmt: skip
+            return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+                                   streamer, **model_kwargs)  # fmt: skip
+        outputs = self._prefill(input_ids, generation_config, model_kwargs)
+        model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs)
+        cache = model_kwargs["past_key_values"]
+        weights, state = self._packed_weights(), decode_state(cache)
+        step = self._compiled_decode_step() if stash.decode_step == "compiled" else decode_step
+        mix = stash.mix and self.pointer is not None
+        # The prompt's last position comes from forward, which leaves the mixing to the pointer's processor.
+        later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+        processors, step_scores = logits_processor, logits
+        del outputs
+
+        pad = generation_config._pad_token_tensor
+        has_eos, stop = any(hasattr(c, "eos_token_id") for c in stopping_criteria), _stop_once(stopping_criteria)
+        keep = generation_config.return_dict_in_generate
+        scores = () if keep and generation_config.output_scores else None
+        raw_logits = () if keep and generation_config.output_logits else None
+        unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        steps = 0
+        while True:
+            next_scores = processors(input_ids, step_scores)
+            if scores is not None:
+                scores += (next_scores,)
+            if raw_logits is not None:
+                raw_logits += (logits,)
+            if generation_config.do_sample:
+                tokens = torch.multinomial(F.softmax(next_scores, -1), num_samples=1).squeeze(1)
+            else:
+                tokens = torch.argmax(next_scores, -1)
+            if has_eos:  # finished rows continue with padding
+                tokens = torch.where(unfinished.bool(), tokens, pad)
+            input_ids = torch.cat([input_ids, tokens[:, None]], -1)
+            unfinished = unfinished & ~stop(input_ids, scores)
+            if streamer is not None:
+                streamer.put(tokens.cpu())
+            if unfinished.max() == 0:
+                break
+            with torch.no_grad():
+                log_p, vocab = step(self, weights, state, tokens, mix)
+            steps += 1
+            logits = vocab.float()
+            processors, step_scores = later, log_p.float() if mix else logits
+        write_back(state, cache, steps)
+        if streamer is not None:
+            streamer.end()
+        if keep:
+            return GenerateDecoderOnlyOutput(sequences=input_ids, scores=scores, logits=raw_logits,
+                                             past_key_values=cache)  # fmt: skip
+        return input_ids
+
+    def _packed_weights(self) -> "PackedWeights":
+        """`pack_weights`, kept while the parameters are unchanged (same tensors, dtype, device and version)."""
+        key = tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in self.parameters())
+        if getattr(self, "_packed", (None,))[0] != key:
+            self._packed = (key, pack_weights(self))
+        return self._packed[1]
+
+    def _compiled_decode_step(self):
+        if getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = torch.compile(decode_step, fullgraph=True, dynamic=False)
+        return self._compiled_step
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
@@ -940,13 +1035,159 @@ class PointerSentinelCache:
         vars(self).update(state)
 
 
+class PackedWeights(NamedTuple):
+    """The weights as the decode step reads them, input dimension first: a (1, in) @ (in, out) product streams the
+    matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out, in) layout."""
+
+    embedding: torch.Tensor  # (V, E), the model's own
+    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh]^T (I + H, 4H) and b_ih + b_hh
+    query: tuple[torch.Tensor, torch.Tensor] | None  # W^T (D, D), b_q
+    output: tuple[torch.Tensor, torch.Tensor] | None  # U^T (D, V), b; None with the adaptive softmax
+
+
+class DecodeState(NamedTuple):
+    """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
+    (keys, ids, valid) of which `slot` is the next to write. Attention is a softmax over the slots and the mixture
+    sums per word, so their order does not matter; the cache gets them back oldest first."""
+
+    hidden: list[torch.Tensor]
+    cell: list[torch.Tensor]
+    keys: torch.Tensor | None  # (B, L, D)
+    ids: torch.Tensor | None  # (B, L)
+    valid: torch.Tensor | None  # (B, L)
+    slot: torch.Tensor  # () long
+
+
+def pack_weights(model: "PointerSentinelForCausalLM") -> PackedWeights:
+    def t(w):
+        return w.detach().t().contiguous()
+
+    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1)), (layer.bias_ih + layer.bias_hh).detach())
+            for layer in model.model.layers]  # fmt: skip
+    head = model.pointer
+    query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
+    lm_head = model.lm_head
+    output = None if isinstance(lm_head, AdaptiveSoftmax) else (t(lm_head.weight), lm_head.bias.detach())
+    return PackedWeights(model.model.embed_tokens.weight.detach(), lstm, query, output)
+
+
+def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
+    """One token per row, ids (B,) -> (log p_mix (B, V), the vocabulary logits (B, V)): forward's arithmetic at T = 1
+    in eval mode, with nothing allocated beyond the step's activations. log p_mix is the vocabulary logits
+    themselves without the pointer (or with mix=False), as `generate`'s processors receive them from forward."""
+    x = F.embedding(ids, w.embedding)
+    p = model.config.zoneout
+    for (weight, bias), h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
+        h_new, c_new = lstm_cell(torch.addmm(bias, torch.cat([x, h], 1), weight), c)
+        if p > 0:  # zoneout at evaluation: the expectation
+            h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
+        h.copy_(h_new)
+        c.copy_(c_new)
+        x = h_new
+    vocab = torch.addmm(w.output[1], x, w.output[0]) if w.output is not None else model.lm_head(x)
+    if state.keys is None:
+        return vocab, vocab
+    state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
+    state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
+    state.valid.index_fill_(1, state.slot, True)
+    state.slot.add_(1).remainder_(state.keys.shape[1])
+    if not mix:
+        return vocab, vocab
+    q = torch.tanh(torch.addmm(w.query[1], x, w.query[0]))  # (2.2a)
+    z = torch.bmm(state.keys, q.unsqueeze(-1)).squeeze(-1)  # (2.2b)
+    log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
+    vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
+    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids), vocab
+
+
+def decode_state(cache: PointerSentinelCache) -> DecodeState:
+    """The cache after the prompt as a DecodeState (copies: the cache is written back once, at the end)."""
+    window = cache.window_states is not None
+    return DecodeState(
+        [h.clone() for h in cache.hidden], [c.clone() for c in cache.cell],
+        cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
+        cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
+    )  # fmt: skip
+
+
+def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
+    """The decoded steps into the cache, the window oldest first again."""
+    cache.hidden, cache.cell = state.hidden, state.cell
+    if state.keys is not None:
+        shift = -int(state.slot)
+        cache.window_states, cache.window_ids, cache.window_mask = (
+            torch.roll(t, shift, 1) for t in (state.keys, state.ids, state.valid)
+        )
+    cache.seen_tokens += steps
+
+
+class _TokenMask(LogitsProcessor):
+    """-inf on a fixed set of tokens while `active(length)`: transformers' SuppressTokens, MinLength and
+    MinNewTokensLength processors as one index_fill. Theirs build a (V,) mask with arange + isin and apply it with
+    where at every call, four passes over V that at V = 10k on one CPU thread cost as much as the decode step's
+    own pointwise work."""
+
+    def __init__(self, tokens: torch.Tensor, active):
+        self.tokens, self.active, self.ids = tokens, active, None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.ids is None:  # theirs ignores ids outside the vocabulary
+            ids = self.tokens.to(scores.device).reshape(-1).unique()
+            self.ids = ids[(ids >= 0) & (ids < scores.shape[-1])]
+        return scores.index_fill(-1, self.ids, -torch.inf) if self.active(input_ids.shape[-1]) else scores
+
+
+def _mask_once(processors):
+    """The decode loop's processors as one callable: the fixed-mask ones replaced by `_TokenMask`, every other one as
+    given, called in turn. `LogitsProcessorList` reads each processor's signature at every call (0.1 ms a step)
+    to pass extra keyword arguments, and `_sample` passes none."""
+    out = []
+    for p in processors:
+        if type(p) is SuppressTokensLogitsProcessor:
+            p = _TokenMask(p.suppress_tokens, lambda n: True)
+        elif type(p) is MinLengthLogitsProcessor:
+            p = _TokenMask(p.eos_token_id, lambda n, p=p: n < p.min_length)
+        elif type(p) is MinNewTokensLengthLogitsProcessor:
+            p = _TokenMask(p.eos_token_id, lambda n, p=p: n - p.prompt_length_to_skip < p.min_new_tokens)
+        out.append(p)
+
+    def call(input_ids, scores):
+        for p in out:
+            scores = p(input_ids, scores)
+        return scores
+
+    return call
+
+
+def _stop_once(criteria):
+    """The stopping criteria as one callable: generate's usual pair, max length and EOS ids, as an int comparison and
+    one isin (transformers' list allocates and ORs a flag tensor per criterion at every step); any other list as
+    given."""
+    if not all(type(c) in (MaxLengthCriteria, EosTokenCriteria) for c in criteria) or any(
+        getattr(c, "max_position_embeddings", None) is not None for c in criteria
+    ):
+        return criteria
+    max_length = min((c.max_length for c in criteria if type(c) is MaxLengthCriteria), default=None)
+    eos = [c.eos_token_id.reshape(-1) for c in criteria if type(c) is EosTokenCriteria]
+
+    def call(input_ids, scores):
+        B, n = input_ids.shape
+        if max_length is not None and n >= max_length:
+            return torch.ones(B, dtype=torch.bool, device=input_ids.device)
+        if not eos:
+            return torch.zeros(B, dtype=torch.bool, device=input_ids.device)
+        return torch.isin(input_ids[:, -1], torch.cat(eos).to(input_ids.device))
+
+    return call
+
+
 class PointerStash:
     """Per-`generate` hand-off from forward to `PointerSentinelLogitsProcessor`: the last position's gate,
     attention and window ids. The forward then returns the vocabulary logits and the processor mixes; `mix=False`
     (generate's `pointer_mix=False`) leaves the vocabulary softmax alone."""
 
-    def __init__(self, mix: bool = True):
-        self.mix = mix
+    def __init__(self, mix: bool = True, decode_step: str = "fast"):
+        self.mix, self.decode_step = mix, decode_step
         self.log_gate: torch.Tensor | None = None
         self.pointer_probs: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None

@@ -1,0 +1,165 @@
+"""generate's fast decode step (`decode_step`, packed weights, a ring window) against the forward path: the same
+tokens, scores, logits and final cache, for every model variant and decoding option the loop handles."""
+
+import pytest
+import torch
+from conftest import tiny_model
+from transformers.generation.streamers import BaseStreamer
+
+from modeling_pointer_sentinel import PointerSentinelCache
+from modeling_pointer_sentinel.modeling_pointer_sentinel import decode_state, decode_step, write_back
+
+VARIANTS = {
+    "sentinel": {},
+    "adaptive": dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0),
+    "switch_zoneout": dict(gate_type="switch", zoneout=0.3, tie_word_embeddings=False, hidden_size=10),
+    "plain": dict(use_pointer=False),
+}
+BATCH = torch.tensor([[1, 2, 3, 1, 2, 4, 1], [0, 0, 0, 0, 5, 3, 5]])
+MASK = torch.tensor([[1] * 7, [0] * 4 + [1] * 3])  # left padding
+DECODING = {
+    "greedy": dict(do_sample=False),
+    "sampling": dict(do_sample=True, top_k=6, temperature=0.8),
+    "penalty_suppress_min_new": dict(
+        do_sample=False, repetition_penalty=1.7, suppress_tokens=[4, 7, 99], min_new_tokens=9
+    ),  # fmt: skip
+    "no_pointer_mix": dict(do_sample=False, pointer_mix=False),
+}
+
+
+def model(variant):
+    return tiny_model(pointer_window=6, **VARIANTS[variant]).eval()
+
+
+def run(m, decode, ids=BATCH, mask=MASK, seed=0, **kw):
+    """15 new tokens: the window of 6 wraps twice."""
+    kw = dict(max_new_tokens=15, pad_token_id=0, eos_token_id=None, output_scores=True, output_logits=True,
+              return_dict_in_generate=True) | kw  # fmt: skip
+    torch.manual_seed(seed)
+    return m.generate(ids, attention_mask=mask, decode_step=decode, **kw)
+
+
+def assert_same(fast, slow):
+    assert torch.equal(fast.sequences, slow.sequences)
+    for got, want in [(fast.scores, slow.scores), (fast.logits, slow.logits)]:
+        torch.testing.assert_close(torch.stack(got), torch.stack(want), atol=1e-5, rtol=1e-5)
+    a, b = fast.past_key_values, slow.past_key_values
+    assert a.seen_tokens == b.seen_tokens
+    for x, y in [(a.hidden, b.hidden), (a.cell, b.cell)]:
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-5)
+    if b.window_states is not None:
+        assert torch.equal(a.window_ids, b.window_ids) and torch.equal(a.window_mask, b.window_mask)
+        torch.testing.assert_close(a.window_states, b.window_states, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("decoding", DECODING)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fast_generate_equals_forward_generate(variant, decoding):
+    m = model(variant)
+    assert_same(run(m, "fast", **DECODING[decoding]), run(m, "forward", **DECODING[decoding]))
+
+
+def test_suppressed_and_early_eos_tokens_get_no_mass():
+    m = model("sentinel")
+    out = run(m, "fast", suppress_tokens=[4, 7, 99], min_new_tokens=9, eos_token_id=3)
+    for i, s in enumerate(out.scores):
+        assert torch.isinf(s[:, [4, 7]]).all()
+        assert torch.isinf(s[:, 3]).all() == (i < 9)
+
+
+def test_eos_rows_continue_with_padding_and_generation_stops():
+    m = model("sentinel")
+    free = run(m, "forward").sequences
+    eos = int(free[1, 8])  # the second row's second new token
+    fast, slow = run(m, "fast", eos_token_id=eos), run(m, "forward", eos_token_id=eos)
+    assert_same(fast, slow)
+    assert (fast.sequences[1, 9:] == 0).all()  # padding after the row's EOS
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_continuing_from_the_fast_cache_equals_one_run(variant):
+    m = model(variant)
+    whole = run(m, "forward", mask=None, ids=BATCH[:1], max_new_tokens=20).sequences
+    first = run(m, "fast", mask=None, ids=BATCH[:1], max_new_tokens=9)
+    rest = run(m, "fast", mask=None, ids=first.sequences, max_new_tokens=11, past_key_values=first.past_key_values)
+    assert torch.equal(rest.sequences, whole)
+
+
+@pytest.mark.parametrize("variant", ["sentinel", "adaptive", "switch_zoneout"])
+def test_decode_step_equals_forward_one_token_at_a_time(variant):
+    """The step itself, over three turns of the ring, against forward at T = 1 with its cache."""
+    m = model(variant)
+    cache = PointerSentinelCache()
+    with torch.no_grad():
+        m(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
+        state, weights = decode_state(cache), m._packed_weights()
+        tokens = torch.tensor([3, 9])
+        for step in range(18):
+            want = m(tokens[:, None], past_key_values=cache, use_cache=True)
+            log_p, vocab = decode_step(m, weights, state, tokens, True)
+            torch.testing.assert_close(log_p, want.logits[:, -1], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(vocab, want.vocab_logits[:, -1], atol=1e-5, rtol=1e-5)
+            tokens = (tokens * 7 + step) % 23
+    mirror = PointerSentinelCache()
+    mirror.seen_tokens = cache.seen_tokens - 18
+    write_back(state, mirror, 18)
+    assert mirror.seen_tokens == cache.seen_tokens and torch.equal(mirror.window_ids, cache.window_ids)
+    torch.testing.assert_close(mirror.window_states, cache.window_states)
+
+
+def test_changed_weights_are_repacked():
+    m = model("sentinel")
+    before = run(m, "fast")
+    with torch.no_grad():
+        m.lm_head.bias[9] += 10.0  # in place: same tensor, new version
+        m.model.layers[1].weight_hh.mul_(1.5)
+    after, slow = run(m, "fast"), run(m, "forward")
+    assert_same(after, slow)
+    assert not torch.allclose(torch.stack(after.scores), torch.stack(before.scores))
+
+
+def test_streamer_gets_each_fast_token_once():
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.puts, self.ended = [], False
+
+        def put(self, value):
+            self.puts.append(value.tolist())
+
+        def end(self):
+            self.ended = True
+
+    m, streamer = model("sentinel"), Collect()
+    out = run(m, "fast", ids=BATCH[:1], mask=None, streamer=streamer)
+    assert streamer.ended and streamer.puts[0] == [BATCH[0].tolist()]
+    assert [t for p in streamer.puts[1:] for t in p] == out.sequences[0, 7:].tolist()
+
+
+def test_fallbacks_and_bad_choice():
+    m = model("sentinel")
+    hidden = run(m, "fast", output_hidden_states=True)  # per-step hidden states: forward's loop
+    assert len(hidden.hidden_states) == 15
+    assert_same(hidden, run(m, "forward", output_hidden_states=True))
+    with pytest.raises(ValueError, match='decode_step must be "fast", "compiled" or "forward"'):
+        run(m, "quick")
+
+
+def test_decode_step_compiles_as_one_graph():
+    """`nn.LSTM` graph-breaks under dynamo; the step's cell is plain ops. fullgraph refuses any break."""
+    m = model("sentinel")
+    cache = PointerSentinelCache()
+    with torch.no_grad():
+        m(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
+        weights, eager, compiled = m._packed_weights(), decode_state(cache), decode_state(cache)
+        torch._dynamo.reset()
+        step = torch.compile(decode_step, fullgraph=True, backend="aot_eager")
+        tokens = torch.tensor([3, 9])
+        for _ in range(8):
+            want, got = decode_step(m, weights, eager, tokens, True), step(m, weights, compiled, tokens, True)
+            torch.testing.assert_close(got, want)
+            tokens = want[0].argmax(-1)
+
+
+def test_compiled_generate_equals_fast():
+    m = model("sentinel")
+    assert_same(run(m, "compiled", max_new_tokens=8), run(m, "fast", max_new_tokens=8))
