@@ -1036,13 +1036,21 @@ class PointerSentinelCache:
 
 
 class PackedWeights(NamedTuple):
-    """The weights as the decode step reads them, input dimension first: a (1, in) @ (in, out) product streams the
-    matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out, in) layout."""
+    """The weights as the decode step reads them. Input dimension first (`input_first`): a (1, in) @ (in, out)
+    product streams the matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out,
+    in) layout. An exported graph keeps (out, in): its runtime lays weights out itself, and a tied embedding then
+    stays one tensor in the file."""
 
     embedding: torch.Tensor  # (V, E), the model's own
-    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh]^T (I + H, 4H) and b_ih + b_hh
-    query: tuple[torch.Tensor, torch.Tensor] | None  # W^T (D, D), b_q
-    output: tuple[torch.Tensor, torch.Tensor] | None  # U^T (D, V), b; None with the adaptive softmax
+    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
+    query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
+    output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
+    input_first: bool  # the matrices above transposed, (in, out)
+
+
+def _linear(x: torch.Tensor, weight_bias: tuple[torch.Tensor, torch.Tensor], input_first: bool) -> torch.Tensor:
+    weight, bias = weight_bias
+    return torch.addmm(bias, x, weight) if input_first else F.linear(x, weight, bias)
 
 
 class DecodeState(NamedTuple):
@@ -1058,17 +1066,17 @@ class DecodeState(NamedTuple):
     slot: torch.Tensor  # () long
 
 
-def pack_weights(model: "PointerSentinelForCausalLM") -> PackedWeights:
-    def t(w):
-        return w.detach().t().contiguous()
+def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) -> PackedWeights:
+    def t(w):  # (out, in): the parameter itself, so an exporter sees tied weights as one tensor
+        return w.detach().t().contiguous() if input_first else w
 
-    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1)), (layer.bias_ih + layer.bias_hh).detach())
+    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1).detach()), (layer.bias_ih + layer.bias_hh).detach())
             for layer in model.model.layers]  # fmt: skip
     head = model.pointer
     query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
     lm_head = model.lm_head
     output = None if isinstance(lm_head, AdaptiveSoftmax) else (t(lm_head.weight), lm_head.bias.detach())
-    return PackedWeights(model.model.embed_tokens.weight.detach(), lstm, query, output)
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, output, input_first)
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -1077,14 +1085,14 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     themselves without the pointer (or with mix=False), as `generate`'s processors receive them from forward."""
     x = F.embedding(ids, w.embedding)
     p = model.config.zoneout
-    for (weight, bias), h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
-        h_new, c_new = lstm_cell(torch.addmm(bias, torch.cat([x, h], 1), weight), c)
+    for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
+        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), layer, w.input_first), c)
         if p > 0:  # zoneout at evaluation: the expectation
             h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
         h.copy_(h_new)
         c.copy_(c_new)
         x = h_new
-    vocab = torch.addmm(w.output[1], x, w.output[0]) if w.output is not None else model.lm_head(x)
+    vocab = _linear(x, w.output, w.input_first) if w.output is not None else model.lm_head(x)
     if state.keys is None:
         return vocab, vocab
     state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
@@ -1093,7 +1101,7 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     state.slot.add_(1).remainder_(state.keys.shape[1])
     if not mix:
         return vocab, vocab
-    q = torch.tanh(torch.addmm(w.query[1], x, w.query[0]))  # (2.2a)
+    q = torch.tanh(_linear(x, w.query, w.input_first))  # (2.2a)
     z = torch.bmm(state.keys, q.unsqueeze(-1)).squeeze(-1)  # (2.2b)
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)

@@ -35,13 +35,16 @@ def test_every_directly_imported_package_is_declared():
     names, _ = declared()
     required, optional = set(names[""]), {n for group, ns in names.items() if group for n in ns}
     dist = lambda module: DISTRIBUTION.get(module, module).lower().replace("_", "-")  # noqa: E731
-    extras = {n for group, ns in names.items() if group not in ("", "dev") for n in ns}  # a user's optional extras
     missing = sorted(m for m in imported("modeling_pointer_sentinel") | imported("examples")
                      if dist(m) not in required and m != "matplotlib")  # fmt: skip
-    missing = sorted(m for m in missing if not (m == "lm_eval" and dist(m) in extras))  # lm_eval_wikitext.py only
+    # examples/lm_eval_wikitext.py, examples/export_onnx.py and examples/onnx_generate.py need their extras
+    optional_examples = {"lm_eval": "lm-eval", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
+                         "numpy": "onnx"}  # fmt: skip
+    missing = sorted(m for m in missing if not (m in optional_examples and dist(m) in names[optional_examples[m]]))
     assert missing == [], f"imported by the package or the examples but not in dependencies: {missing}"
     assert "matplotlib" in names["analysis"] and "matplotlib" in names["dev"]  # optional: pictures only
-    assert "lm-eval" in names["lm-eval"] and "lm-eval" in names["dev"]  # optional: examples/lm_eval_wikitext.py
+    for module, extra in optional_examples.items():  # the dev extra installs them, so CI runs their tests
+        assert dist(module) in names[extra] and dist(module) in names["dev"], (module, extra)
     missing = sorted(m for m in imported("tests") | imported("benchmarks") if dist(m) not in required | optional)
     assert missing == [], f"imported by the tests or benchmarks but not declared: {missing}"
 

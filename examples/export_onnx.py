@@ -1,0 +1,316 @@
+r"""Export a saved Pointer Sentinel-LSTM's decode step to ONNX, check it against PyTorch, and quantize it to int8.
+
+    python examples/export_onnx.py pretrained/ptb-pointer-sentinel-lstm-2x200 onnx/ptb --int8 --test_file test.txt
+
+OUT gets decode_step.onnx (with --int8 also decode_step.int8.onnx), the tokenizer and configuration files, and
+export.json: the graph's inputs and outputs, the largest log-probability difference from PyTorch's decode step over
+--check_steps steps, the file sizes and, with --test_file, the test perplexity of PyTorch, ONNX Runtime fp32 and
+int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and tokenizers alone.
+
+The graph is one decode step, `decode_step` of the modeling file: inputs are the token ids (B,), each layer's hidden
+and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot ()); outputs
+are log p (B, V), the mixture's, and the same state after the step. The batch size is dynamic. The exporter is
+`torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor operations (its
+LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript exporter is
+deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of the
+matrix products and the embedding lookup.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_saved_model  # noqa: E402
+
+import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
+from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
+    DecodeState,
+    decode_state,
+    decode_step,
+    pack_weights,
+)
+
+FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+class DecodeStepGraph(torch.nn.Module):
+    """`decode_step` as a function of its state, for export: the state comes in and goes out as tensors."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.layers = model, len(model.model.layers)
+
+    def forward(self, input_ids, *state):
+        n = self.layers
+        hidden, cell = [h.clone() for h in state[:n]], [c.clone() for c in state[n : 2 * n]]
+        window = [t.clone() for t in state[2 * n :]] if self.model.pointer is not None else [None] * 3
+        slot = window.pop() if self.model.pointer is not None else torch.zeros((), dtype=torch.long)
+        s = DecodeState(hidden, cell, *window, slot)
+        # Packed inside the graph: the exporter then meets each parameter through its module, once, so a tied
+        # embedding is one initializer (the runtime folds the packing's concatenations when it loads the file).
+        log_p, _ = decode_step(self.model, pack_weights(self.model, input_first=False), s, input_ids, True)
+        if self.model.pointer is None:  # the plain LSTM's step gives logits: normalise them here
+            log_p = torch.log_softmax(log_p, -1)
+        window_out = [s.keys, s.ids, s.valid, s.slot] if self.model.pointer is not None else []
+        return (log_p, *s.hidden, *s.cell, *window_out)
+
+
+def io_names(model) -> tuple[list[str], list[str]]:
+    n = len(model.model.layers)
+    state = [f"hidden.{i}" for i in range(n)] + [f"cell.{i}" for i in range(n)]
+    if model.pointer is not None:
+        state += ["window_keys", "window_ids", "window_valid", "window_slot"]
+    return ["input_ids", *state], ["log_probs", *(f"{s}.out" for s in state)]
+
+
+def empty_state(model, batch: int) -> list[torch.Tensor]:
+    """The state before the first token: zeros, an empty window, slot 0 (what forward starts from)."""
+    cache = PointerSentinelCache()
+    with torch.no_grad():
+        model(torch.zeros(batch, 1, dtype=torch.long), attention_mask=torch.zeros(batch, 1), past_key_values=cache)
+    s = decode_state(cache)  # a fully padded call leaves the zero state and an empty window
+    cache_tensors = [*s.hidden, *s.cell]
+    if model.pointer is not None:
+        cache_tensors += [s.keys, s.ids, s.valid, s.slot]
+    return cache_tensors
+
+
+def export(model, path: Path):
+    inputs, outputs = io_names(model)
+    state = empty_state(model, 2)
+    batch = torch.export.Dim("batch", min=1)
+    shapes = ({0: batch}, tuple(None if t.dim() == 0 else {0: batch} for t in state))
+    program = torch.onnx.export(DecodeStepGraph(model).eval(), (torch.tensor([1, 2]), *state), dynamo=True,
+                                input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
+                                optimize=True, verbose=False)  # fmt: skip
+    program.save(str(path))
+
+
+def fold_constants(model):
+    """Replace each node whose inputs are all initializers (the adaptive softmax's head matrix, a slice of the tied
+    embedding joined to the cluster rows) by its value, so the quantizer sees a constant matrix to quantize."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    graph = model.graph
+    values = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    for node in list(graph.node):
+        if node.op_type in ("Slice", "Concat", "Transpose") and all(i in values for i in node.input if i):
+            single = onnx.helper.make_model(
+                onnx.helper.make_graph(
+                    [node],
+                    "fold",
+                    [],
+                    [onnx.helper.make_tensor_value_info(o, onnx.TensorProto.UNDEFINED, None) for o in node.output],
+                )
+            )
+            result = ReferenceEvaluator(single).run(None, {i: values[i] for i in node.input if i})
+            for name, value in zip(node.output, result, strict=True):
+                values[name] = value
+                graph.initializer.append(numpy_helper.from_array(value, name))
+            graph.node.remove(node)
+    used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+
+
+def quantize(src: Path, dst: Path):
+    """int8 weights: ONNX Runtime's dynamic quantization of every matrix product (per-tensor scales, activations
+    quantized at each call), and the embedding lookup reading int8 rows. A tied embedding that is also the output
+    matrix reads that matrix's int8 copy (`NAME_Transposed_quantized`, gathered along its columns); any other
+    embedding gets its own symmetric per-tensor int8 table. Either way no fp32 table stays in the file."""
+    import onnx
+    from onnx import helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = onnx.load(str(src))
+    fold_constants(folded)
+    onnx.save(folded, str(dst))
+    quantize_dynamic(str(dst), str(dst), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul", "Gemm"])
+    graph = (m := onnx.load(str(dst))).graph
+    initializers = {i.name: i for i in graph.initializer}
+    for node in [n for n in graph.node if n.op_type == "Gather" and n.input[0] in initializers]:
+        table, name = node.input[0], node.output[0]
+        at = list(graph.node).index(node)
+        if f"{table}_Transposed_quantized" in initializers:
+            q, scale, zero = (f"{table}_Transposed_{s}" for s in ("quantized", "scale", "zero_point"))
+            steps = [helper.make_node("Gather", [q, node.input[1]], [f"{name}_q_t"], axis=1),
+                     helper.make_node("Transpose", [f"{name}_q_t"], [f"{name}_q"], perm=[1, 0])]  # fmt: skip
+        else:
+            weights = numpy_helper.to_array(initializers[table])
+            step = float(np.abs(weights).max()) / 127 or 1.0
+            q, scale, zero = f"{table}_int8", f"{table}_int8_scale", f"{table}_int8_zero_point"
+            graph.initializer.extend([
+                numpy_helper.from_array(np.clip(np.round(weights / step), -127, 127).astype(np.int8), q),
+                numpy_helper.from_array(np.array(step, np.float32), scale),
+                numpy_helper.from_array(np.array(0, np.int8), zero),
+            ])  # fmt: skip
+            steps = [helper.make_node("Gather", [q, node.input[1]], [f"{name}_q"], axis=0)]
+        steps.append(helper.make_node("DequantizeLinear", [f"{name}_q", scale, zero], [name]))
+        graph.node.remove(node)
+        for offset, new in enumerate(steps):
+            graph.node.insert(at + offset, new)
+        if not any(table in n.input for n in graph.node):
+            graph.initializer.remove(initializers[table])
+    onnx.save(m, str(dst))
+
+
+def session(path: Path, threads: int = 1):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_step(sess, names, ids: np.ndarray, state: list[np.ndarray]):
+    out = sess.run(None, {"input_ids": ids, **dict(zip(names[1:], state, strict=True))})
+    return out[0], out[1:]
+
+
+def parity(model, sess, steps: int, prompt: list[int]) -> float:
+    """Largest |log p_onnx - log p_torch| over `steps` greedy steps after the prompt, both from the empty state."""
+    names = io_names(model)[0]
+    state_t = empty_state(model, 1)
+    state_o = [t.numpy() for t in state_t]
+    graph, worst = DecodeStepGraph(model).eval(), 0.0
+    tokens = [*prompt, *([None] * steps)]
+    with torch.no_grad():
+        for i in tqdm(range(len(tokens) - 1), desc="parity", leave=False):
+            ids = torch.tensor([tokens[i]])
+            want, *state_t = graph(ids, *state_t)
+            got, state_o = ort_step(sess, names, ids.numpy(), state_o)
+            finite = torch.isfinite(want)
+            assert torch.equal(finite, torch.from_numpy(np.isfinite(got))), "ONNX and PyTorch differ in -inf entries"
+            worst = max(worst, float((torch.from_numpy(got) - want)[finite].abs().max()))
+            if tokens[i + 1] is None:
+                tokens[i + 1] = int(want.argmax())
+    return worst
+
+
+def stream_log_probs(step, streams: torch.Tensor, state) -> float:
+    """Sum of log p(target) over (B, N) streams, one step at a time; `step(ids, state) -> (log_probs, state)`."""
+    total = 0.0
+    rows = np.arange(streams.shape[0])
+    for t in tqdm(range(streams.shape[1] - 1), desc="score", leave=False):
+        log_p, state = step(streams[:, t].numpy(), state)
+        total += float(log_p[rows, streams[:, t + 1].numpy()].sum())
+    return total
+
+
+def perplexities(model, paths: dict, test_file: Path, tokenizer, batch_size: int, max_tokens: int | None) -> dict:
+    from modeling_pointer_sentinel.training import encode_lines, shard_streams
+
+    ids = encode_lines(tokenizer, test_file.read_text(encoding="utf-8").splitlines())
+    if max_tokens:
+        ids = ids[: max_tokens + batch_size]
+    streams = shard_streams(ids, batch_size)
+    n = streams.shape[0] * (streams.shape[1] - 1)
+    graph, names = DecodeStepGraph(model).eval(), io_names(model)[0]
+
+    def torch_step(ids, state):
+        with torch.no_grad():
+            log_p, *state = graph(torch.from_numpy(ids), *state)
+        return log_p.numpy(), state
+
+    result = {"targets": n, "batch_size": batch_size}
+    result["pytorch"] = float(np.exp(-stream_log_probs(torch_step, streams, empty_state(model, batch_size)) / n))
+    for name, path in paths.items():
+        sess = session(path)
+        state = [t.numpy() for t in empty_state(model, batch_size)]
+        total = stream_log_probs(lambda i, s, sess=sess: ort_step(sess, names, i, s), streams, state)
+        result[name] = float(np.exp(-total / n))
+    return result
+
+
+def decode_speed(model, path: Path, steps: int = 300) -> float:
+    """ms per step at batch 1 on one thread (the steady state, after a warm-up)."""
+    sess, names = session(path), io_names(model)[0]
+    state = [t.numpy() for t in empty_state(model, 1)]
+    ids = np.array([1])
+    for _ in range(20):
+        _, state = ort_step(sess, names, ids, state)
+    start = time.perf_counter()
+    for _ in range(steps):
+        log_p, state = ort_step(sess, names, ids, state)
+        ids = log_p.argmax(-1)
+    return (time.perf_counter() - start) / steps * 1e3
+
+
+RANGES = [("--check_steps", lambda v: v >= 1, ">= 1"), ("--batch_size", lambda v: v >= 1, ">= 1"),
+          ("--max_tokens", lambda v: v >= 1, ">= 1")]  # fmt: skip
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", help="a saved model folder (save_pretrained / examples/train.py output)")
+    p.add_argument("out", help="the folder to write")
+    p.add_argument("--int8", action="store_true", help="also write decode_step.int8.onnx (dynamic int8)")
+    p.add_argument("--check_steps", type=int, default=500, help="greedy steps of the parity check")
+    p.add_argument("--test_file", type=Path, help="plain text: also measure the test perplexity of each graph")
+    p.add_argument("--batch_size", type=int, default=10, help="streams for --test_file (evaluate.py's default)")
+    p.add_argument("--max_tokens", type=int, help="score only the first N tokens of --test_file")
+    describe_ranges(p, RANGES)
+    args = p.parse_args(argv)
+    check_ranges(p, args, RANGES)
+    if args.test_file is not None and not args.test_file.is_file():
+        p.error(f"--test_file {args.test_file} is not a file")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        import onnxruntime  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as e:
+        fail(f"{e.name} is not installed: pip install 'modeling-pointer-sentinel[onnx]'")
+    torch.set_num_threads(1)
+    tokenizer, model = load_saved_model(args.folder)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (Path(args.folder) / name).is_file():
+            shutil.copy(Path(args.folder) / name, out / name)
+    paths = {"onnx_fp32": out / "decode_step.onnx"}
+    export(model, paths["onnx_fp32"])
+    if args.int8:
+        paths["onnx_int8"] = out / "decode_step.int8.onnx"
+        quantize(paths["onnx_fp32"], paths["onnx_int8"])
+    inputs, outputs = io_names(model)
+    prompt = tokenizer("the company said that the company", add_special_tokens=False)["input_ids"] or [1]
+    report = {
+        "source": str(args.folder),
+        "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
+        "inputs": inputs,
+        "outputs": outputs,
+        "parity": {
+            "steps": args.check_steps,
+            "max_abs_log_prob_diff": parity(model, session(paths["onnx_fp32"]), args.check_steps, prompt),
+        },  # fmt: skip
+        "file_bytes": {k: p.stat().st_size for k, p in paths.items()},
+        "ms_per_step_batch1_thread1": {k: decode_speed(model, p) for k, p in paths.items()},
+    }
+    if args.int8:
+        report["parity"]["int8_max_abs_log_prob_diff"] = parity(model, session(paths["onnx_int8"]), 50, prompt)
+    if args.test_file is not None:
+        report["test_perplexity"] = perplexities(model, paths, args.test_file, tokenizer, args.batch_size,
+                                                 args.max_tokens)  # fmt: skip
+        report["test_perplexity"]["file"] = args.test_file.name
+    (out / "export.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""examples/export_onnx.py and examples/onnx_generate.py: the exported decode step equals PyTorch's over 500 steps,
+the torch-free runner decodes the tokens generate() decodes, and int8 keeps the shipped model's perplexity."""
+
+import json
+import lzma
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT, tiny_model
+
+from modeling_pointer_sentinel import PointerSentinelForCausalLM
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+sys.path.insert(0, str(ROOT / "examples"))
+import export_onnx  # noqa: E402
+import onnx_generate  # noqa: E402
+
+VARIANTS = {
+    "sentinel": {},
+    "adaptive": dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0),
+    "switch_zoneout": dict(gate_type="switch", zoneout=0.3, tie_word_embeddings=False, hidden_size=10),
+    "plain": dict(use_pointer=False),
+}
+WORDS = "a b c d e f g h i j k l m n o p q r s t u".split()
+EOS, UNK = 21, 22
+
+
+def saved_tiny(folder, **kw):
+    """A tiny model (window 6) and a word-level tokenizer over 21 words (+ <eos>, <unk>: V = 23), saved."""
+    tok = build_word_level_tokenizer([" ".join(WORDS)])
+    assert len(tok) == 23 and (tok.eos_token_id, tok.convert_tokens_to_ids("<unk>")) == (EOS, UNK)
+    m = tiny_model(pointer_window=6, eos_token_id=EOS, pad_token_id=EOS, **kw).eval()
+    m.generation_config.suppress_tokens = [UNK]
+    m.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return m, tok
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Each variant saved and exported (fp32 and int8) once for the module."""
+    done = {}
+    for name, kw in VARIANTS.items():
+        src, out = tmp_path_factory.mktemp(f"{name}_model"), tmp_path_factory.mktemp(f"{name}_onnx")
+        m, tok = saved_tiny(src, **kw)
+        export_onnx.main([str(src), str(out), "--int8", "--check_steps", "500"])
+        done[name] = (m, tok, out)
+    return done
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_onnx_log_probs_match_pytorch_over_500_steps(exported, variant):
+    m, _, out = exported[variant]
+    report = json.loads((out / "export.json").read_text())
+    assert report["parity"]["steps"] == 500 and report["parity"]["max_abs_log_prob_diff"] <= 1e-4
+    # and independently of the script's own check: the step against the model's forward with its cache
+    lm, cache = onnx_generate.OnnxPointerSentinel(out), None
+    state, ids = lm.empty_state(2), torch.tensor([[3, 7], [9, 1], [4, 4], [5, 20]])
+    for t in range(ids.shape[0]):
+        want = m(ids[t][:, None], past_key_values=cache, use_cache=True)
+        cache = want.past_key_values
+        got, state = lm.step(ids[t].numpy(), state)
+        want = want.logits[:, -1] if m.pointer is not None else torch.log_softmax(want.logits[:, -1], -1)
+        np.testing.assert_allclose(got, want.detach().numpy(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["sentinel", "adaptive", "plain"])
+def test_runner_greedy_equals_generate(exported, variant):
+    """Rows of different lengths (left-padded in PyTorch, prefilled apart in the runner), <unk> suppressed, rows
+    ending at <eos> at different steps."""
+    m, tok, out = exported[variant]
+    prompts = [[EOS, 5, 6, 7, 5, 6], [EOS, 9], [EOS, 3, 4, 3, 4, 3, 4, 3, 4, 11]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[EOS] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    want = m.generate(ids, attention_mask=mask, max_new_tokens=25, do_sample=False)[:, width:].tolist()
+    want = [row[: row.index(EOS) + 1] if EOS in row else row for row in want]
+    got = onnx_generate.OnnxPointerSentinel(out).generate(prompts, max_new_tokens=25)
+    assert got == want
+    assert any(len(row) < 25 for row in want) or variant != "sentinel"  # a row ended at <eos>
+
+
+def test_int8_file_holds_one_int8_table_for_tied_weights(exported):
+    """The tied embedding is the output matrix: the int8 file keeps one int8 copy of it and no fp32 one."""
+    import onnx
+    from onnx import numpy_helper
+
+    m, _, out = exported["sentinel"]
+    V, E = m.model.embed_tokens.weight.shape
+    tables = [numpy_helper.to_array(i) for i in onnx.load(str(out / "decode_step.int8.onnx")).graph.initializer]
+    tables = [t for t in tables if t.size == V * E]
+    assert len(tables) == 1 and tables[0].dtype == np.int8
+
+
+def test_sampling_runner_follows_its_seed_and_suppresses(exported):
+    _, tok, out = exported["sentinel"]
+    lm = onnx_generate.OnnxPointerSentinel(out, int8=True)
+    a, b, c = (lm.generate([[EOS, 5, 6]], 40, do_sample=True, temperature=1.5, top_k=8, seed=s) for s in (3, 3, 4))
+    assert a == b and a != c and UNK not in a[0]
+
+
+def test_runner_needs_no_torch(exported):
+    _, _, out = exported["sentinel"]
+    code = f"""
+        import sys; sys.modules["torch"] = None; sys.modules["transformers"] = None
+        sys.path.insert(0, {str(ROOT / "examples")!r})
+        import onnx_generate
+        onnx_generate.main([{str(out)!r}, "--prompt", "a b c", "--max_new_tokens", "5", "--int8"])
+    """
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("a b c") and len(done.stdout.split()) > 3
+
+
+def test_runner_missing_int8_is_one_error(tmp_path, exported, capsys):
+    _, _, out = exported["sentinel"]
+    (tmp_path / "decode_step.onnx").write_bytes((out / "decode_step.onnx").read_bytes())
+    with pytest.raises(SystemExit) as e:
+        onnx_generate.main([str(tmp_path), "--prompt", "a", "--int8"])
+    assert e.value.code == 2 and "decode_step.int8.onnx is missing" in capsys.readouterr().err
+
+
+def test_int8_keeps_the_shipped_models_perplexity(tmp_path):
+    """The shipped WikiText-2 model on the first 4,000 tokens of the bundled test split: ONNX fp32 equals PyTorch,
+    int8 costs at most 1% and its file is at most a third of fp32's."""
+    folder = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
+    text = tmp_path / "test.txt"
+    bundled = ROOT / "modeling_pointer_sentinel" / "data" / "wikitext-2" / "wiki.test.tokens.xz"
+    text.write_text(lzma.decompress(bundled.read_bytes()).decode())
+    export_onnx.main([str(folder), str(tmp_path / "onnx"), "--int8", "--check_steps", "20", "--test_file", str(text),
+                      "--max_tokens", "4000"])  # fmt: skip
+    report = json.loads((tmp_path / "onnx" / "export.json").read_text())
+    ppl = report["test_perplexity"]
+    assert ppl["targets"] >= 3990
+    assert abs(ppl["onnx_fp32"] / ppl["pytorch"] - 1) < 1e-5
+    assert ppl["onnx_int8"] <= 1.01 * ppl["onnx_fp32"]
+    assert report["file_bytes"]["onnx_int8"] * 3 <= report["file_bytes"]["onnx_fp32"]
+    reference = PointerSentinelForCausalLM.from_pretrained(folder)
+    assert report["file_bytes"]["onnx_fp32"] < 1.02 * sum(p.numel() * 4 for p in reference.parameters())
