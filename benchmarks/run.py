@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import NeuralCache, neural_cache_loop_reference  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import decode_state, decode_step, pack_weights  # noqa: E402
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     encode_lines,
@@ -307,6 +308,206 @@ def benchmark_neural_cache(model, reps, quick, target=None):
                    reps, "tok/s", target=target)  # fmt: skip
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Decode paths: one table of every way to decode, timed in rotation, against the arithmetic floor
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class BareLSTM(torch.nn.Module):
+    """nn.Embedding + nn.LSTM + nn.Linear of the model's shape, no pointer: the plainest decode loop torch offers."""
+
+    def __init__(self, model):
+        super().__init__()
+        cfg = model.config
+        self.embed = torch.nn.Embedding(cfg.vocab_size, cfg.embedding_size)
+        self.lstm = torch.nn.LSTM(cfg.embedding_size, cfg.hidden_size, cfg.num_hidden_layers, batch_first=True)
+        self.out = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size)
+
+    def forward(self, ids, state):
+        h, state = self.lstm(self.embed(ids)[:, None], state)
+        return self.out(h[:, 0]), state
+
+
+def machine_rates(threads: int) -> dict:
+    """Measured peaks the floor is taken against: fp32 GEMM FLOP/s (1024^3) and the read bandwidth of a tensor the
+    size of a model's weights read over and over (what a decode step does), for 8, 32 and 128 MB."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    for _ in range(3):
+        a @ b
+    t0, n = time.perf_counter(), 10
+    for _ in range(n):
+        a @ b
+    flops = 2 * 1024**3 * n / (time.perf_counter() - t0)
+    bandwidth = {}
+    for mb in (8, 32, 128):
+        x = torch.ones(mb * 2**20 // 4)
+        x.sum()
+        t0, n = time.perf_counter(), max(3, 512 // mb)
+        for _ in range(n):
+            x.sum()
+        bandwidth[mb] = mb * 2**20 * n / (time.perf_counter() - t0)
+    return dict(flops=flops, bandwidth=bandwidth)
+
+
+def step_work(model) -> tuple[float, float]:
+    """(multiply-adds per token, bytes of weights read per decode step) of the mixture's step: every weight matrix
+    the step multiplies by (each element once per token), the pointer's L x D scores, fp32."""
+    w = pack_weights(model)
+    mats = [m for m, _ in w.lstm] + ([w.query[0]] if w.query is not None else [])
+    if w.output is not None:
+        mats.append(w.output[0])
+    else:  # the adaptive softmax computes all of p_vocab: head rows, cluster rows, every tail
+        head = model.lm_head
+        mats += [head.weight[: head.cutoffs[0]], head.cluster_weight, *head.tail_proj, *head.tail_weight]
+    macs = sum(m.numel() for m in mats)
+    if model.pointer is not None:
+        macs += model.config.pointer_window * model.config.output_size
+    return float(macs), 4.0 * sum(m.numel() for m in mats)
+
+
+def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict):
+    """name -> unit(); each unit decodes n tokens per row greedily and returns the seconds the n steps took."""
+    import onnxruntime as ort
+
+    V, gen = model.config.vocab_size, torch.Generator().manual_seed(5)
+    prompt = torch.randint(0, V, (B, 10), generator=gen)
+    kw = dict(do_sample=False, pad_token_id=model.config.eos_token_id)
+
+    def generate(decode):
+        def timed(k):
+            t0 = time.perf_counter()
+            out = model.generate(prompt, max_new_tokens=k, min_new_tokens=k, decode_step=decode, **kw)
+            return time.perf_counter() - t0, out
+
+        def unit():  # (n + 1 new) - (1 new): the prefill and the first token cancel
+            (t1, out), (t0, _) = timed(n + 1), timed(1)
+            unit.tokens = out
+            return t1 - t0
+
+        return unit
+
+    def prefilled():
+        cache = PointerSentinelCache()
+        with torch.no_grad():
+            first = model(prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1].argmax(-1)
+        return cache, first
+
+    def step_loop():
+        cache, tokens = prefilled()
+        weights, state = model._packed_weights(), decode_state(cache)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(n):
+                log_p, _ = decode_step(model, weights, state, tokens, True)
+                tokens = log_p.argmax(-1)
+        return time.perf_counter() - t0
+
+    def forward_loop():
+        cache, tokens = prefilled()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(n):
+                tokens = model(tokens[:, None], past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1)
+        return time.perf_counter() - t0
+
+    bare = BareLSTM(model).eval()
+
+    def bare_loop():
+        tokens, state = prompt[:, -1], None
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(n):
+                logits, state = bare(tokens, state)
+                tokens = logits.argmax(-1)
+        return time.perf_counter() - t0
+
+    def onnx(path):
+        options = ort.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        names = [i.name for i in sess.get_inputs()]
+
+        def unit():
+            cache, tokens = prefilled()
+            s = decode_state(cache)
+            state = [*s.hidden, *s.cell] + ([s.keys, s.ids, s.valid, s.slot] if s.keys is not None else [])
+            state, tokens = [t.numpy() for t in state], tokens.numpy()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                out = sess.run(None, {"input_ids": tokens, **dict(zip(names[1:], state, strict=True))})
+                tokens, state = out[0].argmax(-1), out[1:]
+            return time.perf_counter() - t0
+
+        return unit
+
+    units = {
+        "generate, forward each token (before this work)": generate("forward"),
+        "generate, fast decode step": generate("fast"),
+        "generate, compiled decode step": generate("compiled"),
+        "the model's decode step + argmax loop": step_loop,
+        "the model's forward with its cache + argmax loop": forward_loop,
+        "nn.Embedding + nn.LSTM + nn.Linear + argmax loop (no pointer)": bare_loop,
+        "ONNX Runtime, fp32 step + argmax loop": onnx(folder_onnx / "decode_step.onnx"),
+        "ONNX Runtime, int8 step + argmax loop": onnx(folder_onnx / "decode_step.int8.onnx"),
+    }
+    t0 = time.perf_counter()
+    units["generate, compiled decode step"]()  # compiles for this batch size (not counted in the rounds)
+    compile_seconds[B] = compile_seconds.get(B, time.perf_counter() - t0)
+    return units
+
+
+def decode_paths(model, name: str, reps: int, quick: bool) -> str:
+    """The decode table for one model: ms per step and tokens/s of every path at batch 1 and 32, 1 and 2 threads,
+    the median of `reps` rounds that run the paths in rotating order, beside the arithmetic floor."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import export_onnx
+
+    model.eval()
+    macs, weight_bytes = step_work(model)
+    out = tempfile.TemporaryDirectory()
+    folder = Path(out.name)
+    export_onnx.export(model, folder / "decode_step.onnx")
+    export_onnx.quantize(folder / "decode_step.onnx", folder / "decode_step.int8.onnx")
+    lines = [f"#### {name}: {macs / 1e6:.2f}M multiply-adds and {weight_bytes / 2**20:.1f} MiB of fp32 weights read "
+             "per step", ""]  # fmt: skip
+    compile_seconds, identical = {}, []
+    for threads in (1, 2):
+        rates = machine_rates(threads)
+        for B in (1, 32):
+            n = (20 if quick else 100) if B == 1 else (5 if quick else 30)
+            units = decode_path_units(model, folder, B, threads, n, compile_seconds)
+            times = {k: [] for k in units}
+            for r in range(reps):
+                keys = list(units)
+                for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
+                    gc.collect()
+                    times[k].append(units[k]() / n)
+            before_tokens = units["generate, forward each token (before this work)"].tokens
+            identical.append(torch.equal(units["generate, fast decode step"].tokens, before_tokens))
+            bw = min(rates["bandwidth"].items(), key=lambda kv: abs(kv[0] * 2**20 - weight_bytes))[1]
+            floor = max(2 * macs * B / rates["flops"], weight_bytes / bw)
+            before = statistics.median(times["generate, forward each token (before this work)"])
+            lines += [f"Batch {B}, {threads} thread{'s' if threads > 1 else ''}: floor {floor * 1e3:.3f} ms/step = "
+                      f"max(2·MACs·B / {rates['flops'] / 1e9:.1f} GFLOP/s, weights / {bw / 1e9:.1f} GB/s read) "
+                      f"({B / floor:,.0f} tokens/s); {n} steps a round, {reps} rounds.", "",
+                      "| path | ms / step | tokens / s | × floor | speed-up over generate before |",
+                      "|---|---:|---:|---:|---:|"]  # fmt: skip
+            for k, ts in times.items():
+                t = statistics.median(ts)
+                lines.append(f"| {k} | {t * 1e3:.3f} | {B / t:,.0f} | {t / floor:.1f} | {before / t:.2f} |")
+            lines.append("")
+            print("\n".join(lines[-len(times) - 5 :]), flush=True)
+    lines.append(f"Tokens of generate fast == generate before, every configuration: {all(identical)}. Compiling the "
+                 "step took " + ", ".join(f"{s:.0f} s at batch {b}" for b, s in compile_seconds.items()) +
+                 " (once per model and batch size, not in the timings).")  # fmt: skip
+    out.cleanup()
+    torch.set_num_threads(1)
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
@@ -318,7 +519,9 @@ def main(argv=None):
         "--only",
         default=None,
         help="comma list of row groups: train,public,window,rerun,eval,decode,memory,cache,zoneout (default all of "
-        "these), zoneout_compiled (opt-in: minutes of compilation), adaptive (opt-in: the adaptive softmax against "
+        "these), decode_paths (opt-in: every decode path of the shipped models against the arithmetic floor, with "
+        "ONNX Runtime; needs the onnx extra), zoneout_compiled (opt-in: minutes of compilation), adaptive (opt-in: "
+        "the adaptive softmax against "
         "the full one on WikiText-2's 33,278 words, 2x200 and 2x650 or 2x200 with --quick)",
     )
     ap.add_argument("--write", default=None,
@@ -459,9 +662,21 @@ def main(argv=None):
             rows.append(latency_compare(f"decode latency, adaptive / full softmax, 10-token prompt ({tag})",
                                         decoder(ada, 10, n, dev), decoder(full, 10, n, dev), reps, dev))  # fmt: skip
             del ada, full
+    sections = []
+    if "decode_paths" in groups:  # the shipped models, and the paper's width with random weights
+        shipped = lambda name: PointerSentinelForCausalLM.from_pretrained(ROOT / "pretrained" / name)  # noqa: E731
+        models = [("ptb-pointer-sentinel-lstm-2x200 (V=10000, L=100)", shipped("ptb-pointer-sentinel-lstm-2x200"))]
+        if not quick:
+            models += [
+                ("wt2-pointer-sentinel-lstm-2x200 (adaptive softmax, V=33278, L=100)",
+                 shipped("wt2-pointer-sentinel-lstm-2x200")),
+                ("random 2x650 pointer (V=10000, L=100)", build(10000, 650, 2, L, True)),
+            ]  # fmt: skip
+        for name, model in models:
+            sections.append(decode_paths(model.float(), name, 3 if quick else 5, quick))
     if write:
         cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        write.write_text(markdown(rows, cmd, header))
+        write.write_text(markdown(rows, cmd, header) + "".join("\n" + t for t in sections))
     return rows
 
 
