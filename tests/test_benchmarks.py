@@ -71,3 +71,14 @@ def test_markdown_states_its_columns_and_write_refuses_hand_written_files(tmp_pa
     (tmp_path / "old.md").write_text(text)
     assert run.check_write_path(str(tmp_path / "old.md")) == (tmp_path / "old.md").resolve()
     assert run.check_write_path(str(tmp_path / "new.md")) == (tmp_path / "new.md").resolve()
+
+
+def test_step_work_counts_the_issues_arithmetic_for_the_shipped_ptb_model():
+    """2x200, V = 10,000, L = 100: LSTM 2 x 4H(2H), the output H x V, the query H x H, the window's L x H scores."""
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+    m = PointerSentinelForCausalLM.from_pretrained(ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200")
+    H, V, L = 200, 10_000, 100
+    macs, weight_bytes = run.step_work(m)
+    assert macs == 2 * 4 * H * 2 * H + H * V + H * H + L * H == 2_700_000
+    assert weight_bytes == 4 * (macs - L * H)

@@ -899,7 +899,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         keep = generation_config.return_dict_in_generate
         scores = () if keep and generation_config.output_scores else None
         raw_logits = () if keep and generation_config.output_logits else None
-        unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        unfinished = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
         steps = 0
         while True:
             next_scores = processors(input_ids, step_scores)
@@ -912,15 +912,14 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             else:
                 tokens = torch.argmax(next_scores, -1)
             if has_eos:  # finished rows continue with padding
-                tokens = torch.where(unfinished.bool(), tokens, pad)
+                tokens = torch.where(unfinished, tokens, pad)
             input_ids = torch.cat([input_ids, tokens[:, None]], -1)
-            unfinished = unfinished & ~stop(input_ids, scores)
+            unfinished &= ~stop(input_ids, scores)
             if streamer is not None:
                 streamer.put(tokens.cpu())
-            if unfinished.max() == 0:
+            if not unfinished.any():
                 break
-            with torch.no_grad():
-                log_p, vocab = step(self, weights, state, tokens, mix)
+            log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
             steps += 1
             logits = vocab.float()
             processors, step_scores = later, log_p.float() if mix else logits
@@ -940,8 +939,11 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         return self._packed[1]
 
     def _compiled_decode_step(self):
+        """`decode_step` under torch.compile. Compiled code is specialised per model and, from the second batch size
+        on, compiled once for any batch size; without fullgraph, past torch's recompile limit the step runs eagerly
+        (with torch's warning) rather than failing (tests/test_fast_decode.py holds the step to one graph)."""
         if getattr(self, "_compiled_step", None) is None:
-            self._compiled_step = torch.compile(decode_step, fullgraph=True, dynamic=False)
+            self._compiled_step = torch.compile(decode_step)
         return self._compiled_step
 
     @classmethod
@@ -1130,19 +1132,22 @@ def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
 
 
 class _TokenMask(LogitsProcessor):
-    """-inf on a fixed set of tokens while `active(length)`: transformers' SuppressTokens, MinLength and
-    MinNewTokensLength processors as one index_fill. Theirs build a (V,) mask with arange + isin and apply it with
-    where at every call, four passes over V that at V = 10k on one CPU thread cost as much as the decode step's
-    own pointwise work."""
+    """-inf on fixed sets of tokens, each while its `active(length)`: transformers' SuppressTokens, MinLength and
+    MinNewTokensLength processors (next to each other in a list) as one index_fill. Theirs each build a (V,) mask
+    with arange + isin and apply it with where at every call: passes over V that at V = 10k on one CPU thread cost
+    as much as the decode step's own pointwise work."""
 
     def __init__(self, tokens: torch.Tensor, active):
-        self.tokens, self.active, self.ids = tokens, active, None
+        self.parts, self.ids = [(tokens, active)], {}
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.ids is None:  # theirs ignores ids outside the vocabulary
-            ids = self.tokens.to(scores.device).reshape(-1).unique()
-            self.ids = ids[(ids >= 0) & (ids < scores.shape[-1])]
-        return scores.index_fill(-1, self.ids, -torch.inf) if self.active(input_ids.shape[-1]) else scores
+        on = tuple(i for i, (_, active) in enumerate(self.parts) if active(input_ids.shape[-1]))
+        if not on:
+            return scores
+        if on not in self.ids:  # theirs ignores ids outside the vocabulary
+            ids = torch.cat([self.parts[i][0].reshape(-1) for i in on]).to(scores.device).unique()
+            self.ids[on] = ids[(ids >= 0) & (ids < scores.shape[-1])]
+        return scores.index_fill(-1, self.ids[on], -torch.inf)
 
 
 def _mask_once(processors):
@@ -1157,7 +1162,10 @@ def _mask_once(processors):
             p = _TokenMask(p.eos_token_id, lambda n, p=p: n < p.min_length)
         elif type(p) is MinNewTokensLengthLogitsProcessor:
             p = _TokenMask(p.eos_token_id, lambda n, p=p: n - p.prompt_length_to_skip < p.min_new_tokens)
-        out.append(p)
+        if isinstance(p, _TokenMask) and out and isinstance(out[-1], _TokenMask):
+            out[-1].parts += p.parts
+        else:
+            out.append(p)
 
     def call(input_ids, scores):
         for p in out:
@@ -1177,14 +1185,15 @@ def _stop_once(criteria):
         return criteria
     max_length = min((c.max_length for c in criteria if type(c) is MaxLengthCriteria), default=None)
     eos = [c.eos_token_id.reshape(-1) for c in criteria if type(c) is EosTokenCriteria]
+    eos = torch.cat(eos) if eos else None
 
     def call(input_ids, scores):
         B, n = input_ids.shape
         if max_length is not None and n >= max_length:
             return torch.ones(B, dtype=torch.bool, device=input_ids.device)
-        if not eos:
+        if eos is None:
             return torch.zeros(B, dtype=torch.bool, device=input_ids.device)
-        return torch.isin(input_ids[:, -1], torch.cat(eos).to(input_ids.device))
+        return torch.isin(input_ids[:, -1], eos.to(input_ids.device))
 
     return call
 
