@@ -123,8 +123,8 @@ MUTS = [
     (
         "pointer_mix via generation config copy",
         M,
-        'kwargs["pointer_stash"] = PointerStash(mix=pointer_mix)',
-        'import copy\n            kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)\n            kwargs["generation_config"].pointer_mix = pointer_mix\n            kwargs["pointer_stash"] = PointerStash(mix=pointer_mix)',
+        'kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)',
+        'import copy\n        kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)\n        kwargs["generation_config"].pointer_mix = pointer_mix\n        kwargs["pointer_stash"] = PointerStash(decode_step=decode_step)',
     ),
     ("split_state_at unchecked", M, "if split_state_at is not None and not 0 < split_state_at <= T:", "if False:"),
     ("mask width unchecked", M, "mask.shape[1] not in (T, seen + T)", "mask.shape[1] < T"),
@@ -309,8 +309,8 @@ MUTS = [
     (
         "adaptive: head unnormalised",
         M,
-        "return torch.log_softmax(_upcast(head), -1)",
-        "return _upcast(head)",
+        "return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)",
+        "return _upcast(_linear(h, weight, self.head_bias, packed is not None))",
         [A],
     ),
     (
@@ -323,8 +323,8 @@ MUTS = [
     (
         "adaptive: cluster term missing in log_prob",
         M,
-        "(head[..., c0 + i, None] + self.tail_log_probs(i, h) for",
-        "(self.tail_log_probs(i, h) for",
+        "(head[..., c0 + i, None] + self.tail_log_probs(i, h, packed) for",
+        "(self.tail_log_probs(i, h, packed) for",
         [A],
     ),
     (
@@ -337,8 +337,8 @@ MUTS = [
     (
         "adaptive: tied head rows detached",
         M,
-        "torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])",
-        "torch.cat([self.weight[: self.cutoffs[0]].detach(), self.cluster_weight])",
+        "weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])",
+        "weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]].detach(), self.cluster_weight])",
         [A],
     ),
     (
@@ -464,8 +464,8 @@ MUTS = [
     (
         "pretrained: the package's code changes, the shipped copies stay stale",
         M,
-        "return torch.log_softmax(_upcast(head), -1)",
-        "return _upcast(head)",
+        "return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)",
+        "return _upcast(_linear(h, weight, self.head_bias, packed is not None))",
         ["tests/test_pretrained.py::test_shipped_code_is_the_package_code"],
     ),
     (

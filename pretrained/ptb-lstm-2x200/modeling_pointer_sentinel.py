@@ -267,6 +267,14 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, input_first: bool) -> torch.Tensor:
+    """x W^T + b for W stored (out, in) as torch stores it, or x W + b for W stored input first, (in, out): the decode
+    step's layout (`PackedWeights`)."""
+    if not input_first:
+        return F.linear(x, weight, bias)
+    return x @ weight if bias is None else torch.addmm(bias, x, weight)
+
+
 def _safe_log(x: torch.Tensor) -> torch.Tensor:
     """log(x) with -inf where x == 0 and a zero (not NaN) gradient there."""
     positive = x > 0
@@ -296,20 +304,28 @@ class AdaptiveSoftmax(nn.Module):
         self.tail_weight = nn.ParameterList(nn.Parameter(torch.empty(n, w)) for n, w in zip(sizes, widths, strict=True))
         self.tail_bias = nn.ParameterList(nn.Parameter(torch.empty(n)) for n in sizes)  # b_i
 
-    def head_log_probs(self, h: torch.Tensor) -> torch.Tensor:
-        """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
-        head = F.linear(h, torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight]), self.head_bias)
-        return torch.log_softmax(_upcast(head), -1)
+    def packed(self) -> "PackedAdaptiveSoftmax":
+        """The matrices input first (transposed copies), for the decode step: see `PackedWeights`."""
+        t = lambda w: w.detach().t().contiguous()  # noqa: E731
+        head = torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
+        return PackedAdaptiveSoftmax(t(head), [t(p) for p in self.tail_proj], [t(w) for w in self.tail_weight])
 
-    def tail_log_probs(self, i: int, h: torch.Tensor) -> torch.Tensor:
+    def head_log_probs(self, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
+        """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
+        weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
+        return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)
+
+    def tail_log_probs(self, i: int, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
         """log p_i (..., c_{i+1} - c_i): cluster i's words given the cluster."""
-        tail = F.linear(F.linear(h, self.tail_proj[i]), self.tail_weight[i], self.tail_bias[i])
+        source, first = (packed, True) if packed else (self, False)
+        projected = _linear(h, source.tail_proj[i], None, first)
+        tail = _linear(projected, source.tail_weight[i], self.tail_bias[i], first)
         return torch.log_softmax(_upcast(tail), -1)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        """log p_vocab (..., V)."""
-        head, c0 = self.head_log_probs(h), self.cutoffs[0]
-        tails = (head[..., c0 + i, None] + self.tail_log_probs(i, h) for i in range(len(self.tail_proj)))
+    def forward(self, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
+        """log p_vocab (..., V); `packed` (2-D h only): the same from `packed()`'s matrices."""
+        head, c0 = self.head_log_probs(h, packed), self.cutoffs[0]
+        tails = (head[..., c0 + i, None] + self.tail_log_probs(i, h, packed) for i in range(len(self.tail_proj)))
         return torch.cat([head[..., :c0], *tails], -1)
 
     def target_log_prob(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -1047,12 +1063,17 @@ class PackedWeights(NamedTuple):
     lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
     query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
     output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
+    adaptive: "PackedAdaptiveSoftmax | None"  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
 
 
-def _linear(x: torch.Tensor, weight_bias: tuple[torch.Tensor, torch.Tensor], input_first: bool) -> torch.Tensor:
-    weight, bias = weight_bias
-    return torch.addmm(bias, x, weight) if input_first else F.linear(x, weight, bias)
+class PackedAdaptiveSoftmax(NamedTuple):
+    """`AdaptiveSoftmax.packed()`: its head matrix (frequent words' rows, then the clusters'), and each tail's P_i
+    and W_i, transposed (in, out); the biases are the module's own."""
+
+    head: torch.Tensor
+    tail_proj: list[torch.Tensor]
+    tail_weight: list[torch.Tensor]
 
 
 class DecodeState(NamedTuple):
@@ -1077,8 +1098,10 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
     head = model.pointer
     query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
     lm_head = model.lm_head
-    output = None if isinstance(lm_head, AdaptiveSoftmax) else (t(lm_head.weight), lm_head.bias.detach())
-    return PackedWeights(model.model.embed_tokens.weight, lstm, query, output, input_first)
+    adaptive = isinstance(lm_head, AdaptiveSoftmax)
+    output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
+    packed = lm_head.packed() if adaptive and input_first else None
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, output, packed, input_first)
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -1088,13 +1111,13 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     x = F.embedding(ids, w.embedding)
     p = model.config.zoneout
     for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
-        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), layer, w.input_first), c)
+        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
         if p > 0:  # zoneout at evaluation: the expectation
             h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
         h.copy_(h_new)
         c.copy_(c_new)
         x = h_new
-    vocab = _linear(x, w.output, w.input_first) if w.output is not None else model.lm_head(x)
+    vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
     if state.keys is None:
         return vocab, vocab
     state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
@@ -1103,7 +1126,7 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     state.slot.add_(1).remainder_(state.keys.shape[1])
     if not mix:
         return vocab, vocab
-    q = torch.tanh(_linear(x, w.query, w.input_first))  # (2.2a)
+    q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
     z = torch.bmm(state.keys, q.unsqueeze(-1)).squeeze(-1)  # (2.2b)
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
