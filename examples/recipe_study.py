@@ -54,6 +54,7 @@ CANDIDATES = {
         "the shipped recipe at batch 64, BPTT 70 (throughput on CPU)",
     ),  # fmt: skip
     # WikiText-2: the adaptive softmax's shape against the full softmax (tail projections 50 and 12 wide today)
+    "wt2_plain_sgd": ("wt2", False, {}, SGD, "GluonNLP's SGD + NT-ASGD, adaptive softmax [2000, 10000], div 4"),
     "wt2_plain_base": ("wt2", False, {}, {}, "the shipped recipe, adaptive softmax [2000, 10000], div 4"),
     "wt2_plain_full_softmax": ("wt2", False, {"adaptive_softmax_cutoffs": []}, {}, "the shipped recipe, full softmax"),
     "wt2_plain_div2": ("wt2", False, {"adaptive_softmax_div_value": 2.0}, {}, "adaptive softmax, div 2 (wider tails)"),

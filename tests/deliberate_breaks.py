@@ -1096,7 +1096,7 @@ def main(words=()):
             # The shipped folders' copies of the model's code are broken alike: a catch by the test that holds the
             # copies equal to the package would be no catch.
             paths = [work / f]
-            if f in (M, C):
+            if f in (M, C) and "stay stale" not in name:  # that entry checks the copies-equal test itself
                 paths += [p for p in (work / "pretrained").glob(f"*/{pathlib.Path(f).name}") if old in p.read_text()]
             originals = {p: p.read_text() for p in paths}
             assert originals[work / f].count(old) == 1, f"{name}: the code to break is not found once in {f}"
