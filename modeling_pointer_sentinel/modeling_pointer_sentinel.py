@@ -1127,7 +1127,7 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     if not mix:
         return vocab, vocab
     q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
-    z = torch.bmm(state.keys, q.unsqueeze(-1)).squeeze(-1)  # (2.2b)
+    z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
     return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids), vocab
