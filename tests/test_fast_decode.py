@@ -70,10 +70,11 @@ def test_suppressed_and_early_eos_tokens_get_no_mass():
 def test_eos_rows_continue_with_padding_and_generation_stops():
     m = model("sentinel")
     free = run(m, "forward").sequences
-    eos = int(free[1, 8])  # the second row's second new token
+    eos = int(free[0, 7])  # the first row's first new token, which differs from the token before it
+    assert eos != free[0, 6] and eos not in free[1].tolist()
     fast, slow = run(m, "fast", eos_token_id=eos), run(m, "forward", eos_token_id=eos)
     assert_same(fast, slow)
-    assert (fast.sequences[1, 9:] == 0).all()  # padding after the row's EOS
+    assert (fast.sequences[0, 8:] == 0).all() and torch.equal(fast.sequences[1], free[1])  # padding after EOS
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
