@@ -20,7 +20,7 @@ import export_onnx  # noqa: E402
 import onnx_generate  # noqa: E402
 
 VARIANTS = {
-    "sentinel": {},
+    "sentinel": dict(tie_word_embeddings=True),
     "adaptive": dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0),
     "switch_zoneout": dict(gate_type="switch", zoneout=0.3, tie_word_embeddings=False, hidden_size=10),
     "plain": dict(use_pointer=False),
@@ -90,10 +90,35 @@ def test_int8_file_holds_one_int8_table_for_tied_weights(exported):
     from onnx import numpy_helper
 
     m, _, out = exported["sentinel"]
+    assert m.lm_head.weight is m.model.embed_tokens.weight
     V, E = m.model.embed_tokens.weight.shape
     tables = [numpy_helper.to_array(i) for i in onnx.load(str(out / "decode_step.int8.onnx")).graph.initializer]
     tables = [t for t in tables if t.size == V * E]
     assert len(tables) == 1 and tables[0].dtype == np.int8
+
+
+def test_rows_prefilled_apart_step_as_one_batch(exported):
+    """Stacked rows (their rings rotated to a shared slot) give each row's own next step."""
+    lm = onnx_generate.OnnxPointerSentinel(exported["sentinel"][2])
+    prompts = [[EOS, 5, 6, 7, 5, 6], [EOS, 9], [EOS, 3, 4, 3, 4, 3, 4, 3, 4, 11]]  # slots 0, 2 and 4 after them
+    alone = [lm.prefill(p)[1] for p in prompts]
+    batch = lm._stack(alone)
+    tokens = np.array([8, 2, 13])
+    got, _ = lm.step(tokens, batch)
+    for row, state in enumerate(alone):
+        want, _ = lm.step(tokens[row : row + 1], state)
+        np.testing.assert_allclose(got[row], want[0], atol=1e-6)
+
+
+def test_runner_suppresses_the_tokens_generate_suppresses(exported):
+    """Suppress the token greedy decoding would pick first: both move to the same next best."""
+    m, _, out = exported["adaptive"]
+    lm, prompt = onnx_generate.OnnxPointerSentinel(out), [EOS, 5, 6, 7]
+    first = lm.generate([prompt], 1)[0][0]
+    lm.suppress = [first, UNK]
+    got = lm.generate([prompt], 6)[0]
+    want = m.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, suppress_tokens=[first, UNK])
+    assert got[0] != first and got == want[0, 4:].tolist()[: len(got)]
 
 
 def test_sampling_runner_follows_its_seed_and_suppresses(exported):
@@ -113,7 +138,7 @@ def test_runner_needs_no_torch(exported):
     """
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("a b c") and len(done.stdout.split()) > 3
+    assert done.stdout.startswith("a b c")
 
 
 def test_runner_missing_int8_is_one_error(tmp_path, exported, capsys):
