@@ -48,6 +48,7 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     frequency_buckets,
     gate_statistics,
     gradient_statistics,
+    perplexity,
 )
 from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
@@ -222,7 +223,7 @@ def main(argv=None):
     if args.cache or args.cache_grid:
         cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)
         mixed = cache(out.hidden, out.targets, out.log_probs)
-        results["ppl_with_cache"] = torch.exp(-mixed.double().mean()).item()
+        results["ppl_with_cache"] = perplexity(-mixed.double().mean().item())
         results["cache"] = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda,
                                 alignment="h_i keys x_{i+1} (Grave et al.)")  # fmt: skip
     if args.dynamic:
@@ -295,7 +296,7 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     if need_hidden:
         cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)
         mixed = cache(dyn.hidden, dyn.targets, dyn.log_probs)
-        out[f"ppl_dynamic_with_cache{suffix}"] = torch.exp(-mixed.double().mean()).item()
+        out[f"ppl_dynamic_with_cache{suffix}"] = perplexity(-mixed.double().mean().item())
     return out
 
 
