@@ -236,23 +236,29 @@ def evaluator(model, B, T, chunks, device, stream=None):
     return unit
 
 
-def decoder(model, prompt_len, new_tokens, device):
-    """Per-token decode rate through generate: (time(N+1 new) - time(1 new)) removes the prefill."""
+def decode_prompt(model, prompt_len, batch=1, device="cpu"):
     V = model.config.vocab_size
-    prompt = torch.randint(0, V, (1, prompt_len), generator=torch.Generator().manual_seed(2)).to(device)
+    return torch.randint(0, V, (batch, prompt_len), generator=torch.Generator().manual_seed(2)).to(device)
+
+
+def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast"):
+    """Per-token decode rate through generate: (time(N+1 new) - time(1 new)) removes the prefill. The unit sets
+    `latency` (seconds a token) and `tokens` (the longer run's sequences)."""
+    prompt = decode_prompt(model, prompt_len, batch, device)
     model.eval()
 
     def timed(n):
         sync(device)
         t0 = time.perf_counter()
-        model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
+        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
+                             decode_step=decode_step)  # fmt: skip
         sync(device)
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, out
 
     def unit():
         # returns tokens, and the harness divides by the unit's total time; report per-token latency separately
-        extra = timed(new_tokens + 1) - timed(1)
-        unit.latency = extra / new_tokens
+        (t1, unit.tokens), (t0, _) = timed(new_tokens + 1), timed(1)
+        unit.latency = (t1 - t0) / new_tokens
         return new_tokens
 
     return unit
@@ -368,22 +374,18 @@ def step_work(model) -> tuple[float, float]:
 
 def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict):
     """name -> unit(); each unit decodes n tokens per row greedily and returns the seconds the n steps took."""
-    import onnxruntime as ort
+    from export_onnx import state_tensors
+    from onnx_generate import run_step, session
 
-    V, gen = model.config.vocab_size, torch.Generator().manual_seed(5)
-    prompt = torch.randint(0, V, (B, 10), generator=gen)
-    kw = dict(do_sample=False, pad_token_id=model.config.eos_token_id)
+    prompt = decode_prompt(model, 10, B)
 
     def generate(decode):
-        def timed(k):
-            t0 = time.perf_counter()
-            out = model.generate(prompt, max_new_tokens=k, min_new_tokens=k, decode_step=decode, **kw)
-            return time.perf_counter() - t0, out
+        timed = decoder(model, 10, n, "cpu", B, decode)  # the same prompt as the loops below
 
-        def unit():  # (n + 1 new) - (1 new): the prefill and the first token cancel
-            (t1, out), (t0, _) = timed(n + 1), timed(1)
-            unit.tokens = out
-            return t1 - t0
+        def unit():
+            timed()
+            unit.tokens = timed.tokens
+            return timed.latency * n
 
         return unit
 
@@ -423,20 +425,16 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
         return time.perf_counter() - t0
 
     def onnx(path):
-        options = ort.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        sess = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        names = [i.name for i in sess.get_inputs()]
+        sess = session(path, threads)
+        names = [i.name for i in sess.get_inputs()][1:]
 
         def unit():
             cache, tokens = prefilled()
-            s = decode_state(cache)
-            state = [*s.hidden, *s.cell] + ([s.keys, s.ids, s.valid, s.slot] if s.keys is not None else [])
-            state, tokens = [t.numpy() for t in state], tokens.numpy()
+            state, tokens = [t.numpy() for t in state_tensors(decode_state(cache))], tokens.numpy()
             t0 = time.perf_counter()
             for _ in range(n):
-                out = sess.run(None, {"input_ids": tokens, **dict(zip(names[1:], state, strict=True))})
-                tokens, state = out[0].argmax(-1), out[1:]
+                log_p, state = run_step(sess, names, tokens, state)
+                tokens = log_p.argmax(-1)
             return time.perf_counter() - t0
 
         return unit

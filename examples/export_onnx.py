@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_saved_model  # noqa: E402
+from onnx_generate import run_step, session  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
@@ -52,17 +53,22 @@ class DecodeStepGraph(torch.nn.Module):
 
     def forward(self, input_ids, *state):
         n = self.layers
-        hidden, cell = [h.clone() for h in state[:n]], [c.clone() for c in state[n : 2 * n]]
-        window = [t.clone() for t in state[2 * n :]] if self.model.pointer is not None else [None] * 3
-        slot = window.pop() if self.model.pointer is not None else torch.zeros((), dtype=torch.long)
-        s = DecodeState(hidden, cell, *window, slot)
+        state = [t.clone() for t in state]  # decode_step updates its state in place; the graph returns a new one
+        window = (
+            state[2 * n :] if self.model.pointer is not None else [None, None, None, torch.zeros((), dtype=torch.long)]
+        )
+        s = DecodeState(state[:n], state[n : 2 * n], *window)
         # Packed inside the graph: the exporter then meets each parameter through its module, once, so a tied
         # embedding is one initializer (the runtime folds the packing's concatenations when it loads the file).
         log_p, _ = decode_step(self.model, pack_weights(self.model, input_first=False), s, input_ids, True)
         if self.model.pointer is None:  # the plain LSTM's step gives logits: normalise them here
             log_p = torch.log_softmax(log_p, -1)
-        window_out = [s.keys, s.ids, s.valid, s.slot] if self.model.pointer is not None else []
-        return (log_p, *s.hidden, *s.cell, *window_out)
+        return (log_p, *state_tensors(s))
+
+
+def state_tensors(s: DecodeState) -> list[torch.Tensor]:
+    """A DecodeState as the graph's state inputs and outputs, in `io_names`' order."""
+    return [*s.hidden, *s.cell] + ([s.keys, s.ids, s.valid, s.slot] if s.keys is not None else [])
 
 
 def io_names(model) -> tuple[list[str], list[str]]:
@@ -78,11 +84,7 @@ def empty_state(model, batch: int) -> list[torch.Tensor]:
     cache = PointerSentinelCache()
     with torch.no_grad():
         model(torch.zeros(batch, 1, dtype=torch.long), attention_mask=torch.zeros(batch, 1), past_key_values=cache)
-    s = decode_state(cache)  # a fully padded call leaves the zero state and an empty window
-    cache_tensors = [*s.hidden, *s.cell]
-    if model.pointer is not None:
-        cache_tensors += [s.keys, s.ids, s.valid, s.slot]
-    return cache_tensors
+    return state_tensors(decode_state(cache))  # a fully padded call leaves the zero state and an empty window
 
 
 def export(model, path: Path):
@@ -166,22 +168,9 @@ def quantize(src: Path, dst: Path):
     onnx.save(m, str(dst))
 
 
-def session(path: Path, threads: int = 1):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = threads
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def ort_step(sess, names, ids: np.ndarray, state: list[np.ndarray]):
-    out = sess.run(None, {"input_ids": ids, **dict(zip(names[1:], state, strict=True))})
-    return out[0], out[1:]
-
-
 def parity(model, sess, steps: int, prompt: list[int]) -> float:
     """Largest |log p_onnx - log p_torch| over `steps` greedy steps after the prompt, both from the empty state."""
-    names = io_names(model)[0]
+    names = io_names(model)[0][1:]
     state_t = empty_state(model, 1)
     state_o = [t.numpy() for t in state_t]
     graph, worst = DecodeStepGraph(model).eval(), 0.0
@@ -190,7 +179,7 @@ def parity(model, sess, steps: int, prompt: list[int]) -> float:
         for i in tqdm(range(len(tokens) - 1), desc="parity", leave=False):
             ids = torch.tensor([tokens[i]])
             want, *state_t = graph(ids, *state_t)
-            got, state_o = ort_step(sess, names, ids.numpy(), state_o)
+            got, state_o = run_step(sess, names, ids.numpy(), state_o)
             finite = torch.isfinite(want)
             assert torch.equal(finite, torch.from_numpy(np.isfinite(got))), "ONNX and PyTorch differ in -inf entries"
             worst = max(worst, float((torch.from_numpy(got) - want)[finite].abs().max()))
@@ -217,7 +206,7 @@ def perplexities(model, paths: dict, test_file: Path, tokenizer, batch_size: int
         ids = ids[: max_tokens + batch_size]
     streams = shard_streams(ids, batch_size)
     n = streams.shape[0] * (streams.shape[1] - 1)
-    graph, names = DecodeStepGraph(model).eval(), io_names(model)[0]
+    graph, names = DecodeStepGraph(model).eval(), io_names(model)[0][1:]
 
     def torch_step(ids, state):
         with torch.no_grad():
@@ -229,21 +218,21 @@ def perplexities(model, paths: dict, test_file: Path, tokenizer, batch_size: int
     for name, path in paths.items():
         sess = session(path)
         state = [t.numpy() for t in empty_state(model, batch_size)]
-        total = stream_log_probs(lambda i, s, sess=sess: ort_step(sess, names, i, s), streams, state)
+        total = stream_log_probs(lambda i, s, sess=sess: run_step(sess, names, i, s), streams, state)
         result[name] = float(np.exp(-total / n))
     return result
 
 
 def decode_speed(model, path: Path, steps: int = 300) -> float:
     """ms per step at batch 1 on one thread (the steady state, after a warm-up)."""
-    sess, names = session(path), io_names(model)[0]
+    sess, names = session(path), io_names(model)[0][1:]
     state = [t.numpy() for t in empty_state(model, 1)]
     ids = np.array([1])
     for _ in range(20):
-        _, state = ort_step(sess, names, ids, state)
+        _, state = run_step(sess, names, ids, state)
     start = time.perf_counter()
     for _ in range(steps):
-        log_p, state = ort_step(sess, names, ids, state)
+        log_p, state = run_step(sess, names, ids, state)
         ids = log_p.argmax(-1)
     return (time.perf_counter() - start) / steps * 1e3
 

@@ -17,21 +17,34 @@ from pathlib import Path
 import numpy as np
 
 
+def session(path, threads: int = 1):
+    """An ONNX Runtime CPU session on `threads` threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def run_step(sess, names: list[str], ids: np.ndarray, state: list[np.ndarray]):
+    """One decode step: ids (B,) and the state arrays, named `names` -> (log p (B, V), the new state)."""
+    out = sess.run(None, {"input_ids": ids, **dict(zip(names, state, strict=True))})
+    return out[0], out[1:]
+
+
 class OnnxPointerSentinel:
     """The exported decode step and its state, as numpy arrays: `prefill` a prompt, then `generate`."""
 
     def __init__(self, folder, int8: bool = False, threads: int = 1):
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         folder = Path(folder)
         path = folder / ("decode_step.int8.onnx" if int8 else "decode_step.onnx")
         if not path.is_file():
             raise FileNotFoundError(f"{path} is missing: run examples/export_onnx.py{' --int8' if int8 else ''}")
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = options.inter_op_num_threads = threads
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.session = session(path, threads)
         self.inputs = self.session.get_inputs()
+        self.names = [i.name for i in self.inputs[1:]]
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         config = folder / "generation_config.json"
         gen = json.loads(config.read_text()) if config.is_file() else {}
@@ -47,10 +60,7 @@ class OnnxPointerSentinel:
                 for i in self.inputs[1:]]  # fmt: skip
 
     def step(self, ids: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
-        out = self.session.run(
-            None, {"input_ids": ids, **{i.name: s for i, s in zip(self.inputs[1:], state, strict=True)}}
-        )
-        return out[0], out[1:]
+        return run_step(self.session, self.names, ids, state)
 
     def prefill(self, prompt: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
         """One prompt, token by token from the empty state: log p of the next token (1, V) and the state."""
@@ -64,7 +74,7 @@ class OnnxPointerSentinel:
     def _stack(self, states: list[list[np.ndarray]]) -> list[np.ndarray]:
         """Rows prefilled apart, as one batch. Each row's window ring is rotated to start at slot 0 (the attention is
         a softmax over the slots, so their order does not matter), which lets the rows share one slot."""
-        names = [i.name for i in self.inputs[1:]]
+        names = self.names
         if "window_slot" not in names:
             return [np.concatenate(parts) for parts in zip(*states, strict=True)]
         at = names.index("window_slot")

@@ -337,8 +337,8 @@ MUTS = [
     (
         "adaptive: tied head rows detached",
         M,
-        "weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])",
-        "weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]].detach(), self.cluster_weight])",
+        "return torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])",
+        "return torch.cat([self.weight[: self.cutoffs[0]].detach(), self.cluster_weight])",
         [A],
     ),
     (

@@ -304,15 +304,20 @@ class AdaptiveSoftmax(nn.Module):
         self.tail_weight = nn.ParameterList(nn.Parameter(torch.empty(n, w)) for n, w in zip(sizes, widths, strict=True))
         self.tail_bias = nn.ParameterList(nn.Parameter(torch.empty(n)) for n in sizes)  # b_i
 
+    def head_weight(self) -> torch.Tensor:
+        """The head's matrix (c_0 + n, D): the frequent words' rows, then one row per cluster."""
+        return torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
+
     def packed(self) -> "PackedAdaptiveSoftmax":
         """The matrices input first (transposed copies), for the decode step: see `PackedWeights`."""
         t = lambda w: w.detach().t().contiguous()  # noqa: E731
-        head = torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
-        return PackedAdaptiveSoftmax(t(head), [t(p) for p in self.tail_proj], [t(w) for w in self.tail_weight])
+        return PackedAdaptiveSoftmax(
+            t(self.head_weight()), [t(p) for p in self.tail_proj], [t(w) for w in self.tail_weight]
+        )
 
     def head_log_probs(self, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
         """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
-        weight = packed.head if packed else torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
+        weight = packed.head if packed else self.head_weight()
         return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)
 
     def tail_log_probs(self, i: int, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
