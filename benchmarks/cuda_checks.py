@@ -1,0 +1,105 @@
+"""Checks that need an NVIDIA GPU (CI has none; run on a lent machine, results recorded in BENCHMARKS.md).
+
+    python benchmarks/cuda_checks.py              # every check, about a minute on an H100/H200
+
+1. Which dtype cuDNN's LSTM really runs in under `torch.autocast("cuda", torch.bfloat16)`: the dtypes that reach
+   aten's RNN ops (a dispatch mode sits below autocast, so it sees the casts autocast made) and the CUDA kernels
+   they launch (from the profiler), for a training step and for the eval forward.
+2. The fast decode step on CUDA gives generate's forward tokens (greedy, fp32 and under bf16 weights).
+3. A training step's targets/s, fp32 weights against bf16 autocast, side by side (the public call:
+   model(ids, labels=ids), backward, SGD step) at 2x200 and 2x650.
+"""
+
+import argparse
+import collections
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import build, compare, hf_trainer  # noqa: E402
+
+
+class OpDtypes(TorchDispatchMode):
+    """Records the input/output dtypes of every aten op whose name matches one of `words`."""
+
+    def __init__(self, words):
+        super().__init__()
+        self.words, self.seen = words, collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = str(func)
+        if any(w in name for w in self.words):
+            dt = lambda xs: ",".join(sorted({str(x.dtype)[6:] for x in xs if isinstance(x, torch.Tensor)}))  # noqa: E731
+            flat_in = [a for x in args for a in (x if isinstance(x, list | tuple) else [x])]
+            flat_out = out if isinstance(out, list | tuple) else [out]
+            self.seen[(name, dt(flat_in), dt(flat_out))] += 1
+        return out
+
+
+def lstm_dtypes(model, ids, train: bool) -> str:
+    words = ("rnn", "lstm", "mm", "addmm", "linear")
+    model.train(train)
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA])
+    with prof, OpDtypes(words) as mode, torch.autocast("cuda", dtype=torch.bfloat16):
+        out = model(ids, labels=ids)
+        if train:
+            out.loss.backward()
+        torch.cuda.synchronize()
+    lines = [f"#### {'training step' if train else 'eval forward'} under bf16 autocast, fp32 weights", "",
+             "| aten op | input dtypes | output dtypes | calls |", "|---|---|---|---:|"]  # fmt: skip
+    lines += [f"| {n} | {i} | {o} | {c} |" for (n, i, o), c in sorted(mode.seen.items())]
+    kernels = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and any(w in e.name.lower() for w in ("rnn", "lstm")):
+            kernels[e.name[:140]] += 1
+    lines += ["", "| CUDA kernels whose name says rnn/lstm | launches |", "|---|---:|"]
+    lines += [f"| `{k}` | {c} |" for k, c in kernels.most_common(12)]
+    model.zero_grad(set_to_none=True)
+    return "\n".join(lines) + "\n"
+
+
+def decode_parity(model, dtype) -> str:
+    model = model.to(dtype).eval()
+    prompt = torch.randint(0, model.config.vocab_size, (4, 12), generator=torch.Generator().manual_seed(1)).cuda()
+    kw = dict(max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+    ref = model.generate(prompt, decode_step="forward", **kw)
+    same = {p: torch.equal(model.generate(prompt, decode_step=p, **kw), ref) for p in ("fast", "compiled")}
+    model.float()
+    return f"- generate on CUDA, {str(dtype)[6:]} weights, batch 4, 40 greedy tokens: " + ", ".join(
+        f"{p} == forward: {s}" for p, s in same.items()
+    )
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        ap.error("needs a CUDA GPU")
+    print(f"{torch.cuda.get_device_name()} | torch {torch.__version__} | cuDNN {torch.backends.cudnn.version()} | "
+          f"cudnn enabled {torch.backends.cudnn.enabled}\n")  # fmt: skip
+    model = build(10000, 650, 2, 100, True, "cuda")
+    ids = torch.randint(0, 10000, (20, 35), generator=torch.Generator().manual_seed(0)).cuda()
+    for train in (True, False):
+        print(lstm_dtypes(model, ids, train), flush=True)
+    for dtype in (torch.float32, torch.bfloat16):
+        print(decode_parity(model, dtype), flush=True)
+    print()
+    for H in (200, 650):
+        m = build(10000, H, 2, 100, True, "cuda")
+        fp32 = hf_trainer(m, 32, 35, 10, "cuda")
+
+        def bf16(fp32=fp32):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return fp32()
+
+        compare(f"train targets/s, bf16 autocast / fp32, B=32 T=35 (2x{H}, V=10000, L=100)", bf16, fp32,
+                args.reps, "targets/s", "cuda")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

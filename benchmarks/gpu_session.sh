@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One lent-GPU session's checks, as one prepared command (the device time is short and each start costs minutes).
+# Needs, in the working tree: .gpu/site.tar.xz (transformers 5.23 and datasets when the machine's are older) and
+# .gpu/ptb.tar.xz (your PTB copy: ptb/ptb.{train,valid,test}.txt; never committed). WikiText-2 is the bundled copy.
+# Writes into $OUT (default ./gpu_out): cuda_checks.md, the benchmark table, the 2x650 runs' logs and results.
+#   MINUTES=4 bash benchmarks/gpu_session.sh        (EXTRA: more train.py flags, e.g. a CPU dry run's)
+set -u
+OUT=${OUT:-gpu_out}
+MINUTES=${MINUTES:-4}
+mkdir -p "$OUT" /tmp/site /tmp/data/wikitext-2 /tmp/runs
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+[ -f .gpu/site.tar.xz ] && tar xJf .gpu/site.tar.xz -C /tmp/site
+tar xJf .gpu/ptb.tar.xz -C /tmp/data
+for s in train valid test; do xz -dc modeling_pointer_sentinel/data/wikitext-2/wiki.$s.tokens.xz >/tmp/data/wikitext-2/wiki.$s.tokens; done
+PY=${PY:-python3}
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  $PY -c "import torch, transformers, accelerate, datasets; print(torch.__version__, transformers.__version__, accelerate.__version__, datasets.__version__)"; } 2>&1 | tee "$OUT/env.txt"
+
+timeout 120 $PY benchmarks/cuda_checks.py >"$OUT/cuda_checks.md" 2>"$OUT/cuda_checks.err"; echo "cuda_checks rc=$?"
+timeout 180 $PY benchmarks/run.py --device cuda --dtype bfloat16 --write "$OUT/results_cuda_bf16.md" >"$OUT/bench.log" 2>&1
+echo "bench rc=$?"
+
+# 2x650 tied, the paper's window and dropout 0.5 (no zoneout), GluonNLP's SGD 20 + NT-ASGD, bf16 autocast; four runs
+# side by side on the one GPU for the same wall-clock budget each.
+for ds in ptb wt2; do
+  for kind in pointer plain; do
+    ptr=$([ $kind = pointer ] && echo true || echo false)
+    cut=$([ $ds = wt2 ] && echo ', "adaptive_softmax_cutoffs": [2000, 10000]' || echo '')
+    cat >/tmp/runs/${ds}_$kind.json <<EOF
+{"model": {"embedding_size": 650, "hidden_size": 650, "num_layers": 2, "tie_word_embeddings": true,
+ "pointer_window": 100, "input_dropout": 0.5, "hidden_dropout": 0.5, "output_dropout": 0.5, "use_pointer": $ptr$cut},
+ "scheme": "stateful", "bptt": 35, "per_device_train_batch_size": 20, "per_device_eval_batch_size": 10,
+ "optimizer": "ntasgd", "learning_rate": 20.0, "clip": 0.25, "num_train_epochs": 1000, "patience": 1000,
+ "log_every": 200}
+EOF
+    files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), '$ds')))")
+    $PY examples/train.py --config /tmp/runs/${ds}_$kind.json $files --output_dir /tmp/runs/${ds}_$kind \
+      --mixed_precision bf16 --max_train_minutes "$MINUTES" ${EXTRA:-} >/tmp/runs/${ds}_$kind.log 2>&1 &
+  done
+done
+wait
+tar czf "$OUT/runs.tar.gz" -C /tmp/runs --exclude='*.safetensors' --exclude='step_*' .
+for r in /tmp/runs/*.log; do echo "== $r"; tr '\r' '\n' <"$r" | grep -E "valid ppl|test|Error|error" | tail -n 6; done
