@@ -13,6 +13,7 @@
 import argparse
 import collections
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -62,6 +63,63 @@ def lstm_dtypes(model, ids, train: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def lstm_precision(model, ids, steps=10) -> str:
+    """One training step's gradients against fp32 weights without autocast, and its time: bf16 autocast as the
+    model runs it, then with the LSTM taken out of autocast in bf16 or in fp32 (the rest in bf16)."""
+    mod = sys.modules[type(model).__module__]
+    fused, chunk = mod._fused_lstm, mod._one_chunk
+    names = [n for n, _ in model.named_parameters()]
+    is_lstm = [".layers." in n for n in names]
+
+    def lstm_in(dtype):
+        def run(x, h0, c0, weights, training):
+            with torch.autocast("cuda", enabled=False):
+                return fused(x.to(dtype), h0.to(dtype), c0.to(dtype), [w.to(dtype) for w in weights], training)
+
+        return run
+
+    def step(autocast):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)  # the same dropout masks in every variant
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        return loss.detach(), [p.grad.detach().float().clone() for p in model.parameters()]
+
+    def rel_error(g, ref, lstm_only):
+        pairs = [(a, b) for a, b, m in zip(g, ref, is_lstm, strict=True) if m or not lstm_only]
+        return (sum(float((a - b).norm() ** 2) for a, b in pairs) / sum(float(b.norm() ** 2) for _, b in pairs)) ** 0.5
+
+    model.train()
+    ref_loss, ref = step(False)
+    zeros = lambda g: sum(int((a == 0).sum()) for a, m in zip(g, is_lstm, strict=True) if m)  # noqa: E731
+    lines = [f"#### The LSTM's precision in a training step (B={ids.shape[0]}, T={ids.shape[1]})", "",
+             f"| LSTM runs in | loss - fp32 loss | grad rel. error, all | grad rel. error, LSTM | zero LSTM grads "
+             f"(fp32: "
+             f"{zeros(ref)}) | ms / step |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    variants = {"fp32, no autocast": None, "bf16 autocast, as the model runs it": "model",
+                "bf16, autocast off around it": torch.bfloat16, "fp32 inside autocast": torch.float32}  # fmt: skip
+    for label, patch in variants.items():
+        try:
+            if isinstance(patch, torch.dtype):
+                mod._fused_lstm, mod._one_chunk = lstm_in(patch), (lambda w, x: w)
+            loss, g = step(patch is not None)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step(patch is not None)
+            torch.cuda.synchronize()
+            ms = (time.perf_counter() - t0) / steps * 1e3
+            lines.append(f"| {label} | {float(loss - ref_loss):+.2e} | {rel_error(g, ref, False):.2e} | "
+                         f"{rel_error(g, ref, True):.2e} | {zeros(g)} | {ms:.2f} |")  # fmt: skip
+        except RuntimeError as e:
+            lines.append(f"| {label} | failed: {' '.join(str(e).split())[:120]} | | | | |")
+        finally:
+            mod._fused_lstm, mod._one_chunk = fused, chunk
+    model.zero_grad(set_to_none=True)
+    return "\n".join(lines) + "\n"
+
+
 def decode_parity(model, dtype) -> str:
     model = model.to(dtype).eval()
     prompt = torch.randint(0, model.config.vocab_size, (4, 12), generator=torch.Generator().manual_seed(1)).cuda()
@@ -77,6 +135,7 @@ def decode_parity(model, dtype) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--only", choices=["dtypes", "precision", "decode"], default=None)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU")
@@ -84,8 +143,13 @@ def main(argv=None):
           f"cudnn enabled {torch.backends.cudnn.enabled}\n")  # fmt: skip
     model = build(10000, 650, 2, 100, True, "cuda")
     ids = torch.randint(0, 10000, (20, 35), generator=torch.Generator().manual_seed(0)).cuda()
-    for train in (True, False):
-        print(lstm_dtypes(model, ids, train), flush=True)
+    if args.only in (None, "dtypes"):
+        for train in (True, False):
+            print(lstm_dtypes(model, ids, train), flush=True)
+    if args.only in (None, "precision"):
+        print(lstm_precision(model, ids), flush=True)
+    if args.only not in (None, "decode"):
+        return
     for dtype in (torch.float32, torch.bfloat16):
         print(decode_parity(model, dtype), flush=True)
     print()

@@ -1055,6 +1055,20 @@ MUTS += [
         "        pass",
         ["tests/test_benchmarks.py::test_step_work_counts_the_issues_arithmetic_for_the_shipped_ptb_model"],
     ),
+    (
+        "lstm dtype: the fused LSTM stays inside autocast",
+        M,
+        "        with torch.autocast(x.device.type, enabled=False):",
+        "        with torch.autocast(x.device.type, enabled=True):",
+        ["tests/test_modeling.py::test_lstm_runs_outside_autocast_in_a_dtype_chosen_per_device"],
+    ),
+    (
+        "lstm dtype: CUDA's LSTM in the weights' dtype, not autocast's",
+        M,
+        '    return torch.get_autocast_dtype("cuda") if device_type == "cuda" else weight_dtype',
+        "    return weight_dtype",
+        ["tests/test_modeling.py::test_lstm_runs_outside_autocast_in_a_dtype_chosen_per_device"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]

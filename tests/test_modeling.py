@@ -14,6 +14,7 @@ from modeling_pointer_sentinel import (
     PointerSentinelModel,
     pointer_mixture,
 )
+from modeling_pointer_sentinel import modeling_pointer_sentinel as modeling
 from modeling_pointer_sentinel.modeling_pointer_sentinel import sliding_window, window_scores
 
 
@@ -420,6 +421,35 @@ def test_cache_keeps_parameter_dtype_after_autocast():
     assert {t.dtype for t in cache.hidden + cache.cell + [cache.window_states]} == {torch.float32}
     out = model(ids[:, 7:], past_key_values=cache)  # an fp32 call continuing a bf16 one used to fail
     torch.testing.assert_close(out.logits, model(ids).logits[:, 7:], atol=0.1, rtol=0.05)
+
+
+def test_lstm_runs_outside_autocast_in_a_dtype_chosen_per_device():
+    """CPU: the weights' dtype (oneDNN's bf16 LSTM fails on many CPUs). CUDA: autocast's own dtype, where torch's
+    autocast would run cuDNN's LSTM in float16 even under bf16 (no loss scaler: gradients underflow)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class RnnDtypes(TorchDispatchMode):
+        seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if "rnn" in str(func) or "lstm" in str(func):
+                flat = [t for a in args for t in (a if isinstance(a, list | tuple) else [a])]
+                self.seen |= {t.dtype for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()}
+            return func(*args, **(kwargs or {}))
+
+    model = tiny_model().train()
+    ids = repeated_ids()
+    with RnnDtypes() as mode, torch.autocast("cpu", dtype=torch.bfloat16):
+        model(ids, labels=ids).loss.backward()
+    assert mode.seen == {torch.float32}
+    before = torch.get_autocast_dtype("cuda")
+    try:
+        for dtype in (torch.bfloat16, torch.float16):
+            torch.set_autocast_dtype("cuda", dtype)
+            assert modeling._lstm_dtype("cuda", torch.float32) == dtype
+            assert modeling._lstm_dtype("cpu", torch.float32) == torch.float32
+    finally:
+        torch.set_autocast_dtype("cuda", before)
 
 
 def test_with_labels_the_softmax_runs_once_and_logits_carry_no_graph():

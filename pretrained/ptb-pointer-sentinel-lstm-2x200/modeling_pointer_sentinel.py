@@ -158,14 +158,22 @@ def lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch
 
 
 def _fused_lstm(x, h0, c0, weights, training):
-    """torch.lstm over the whole chunk. On CPU it runs outside autocast in the weights' dtype: oneDNN's bf16 LSTM
-    needs CPU support that many machines lack (it fails to build its primitive), and is no faster where it runs."""
-    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):
-            return _fused_lstm(x.to(weights[0].dtype), h0.to(weights[0].dtype), c0.to(weights[0].dtype), weights,
-                               training)  # fmt: skip
+    """torch.lstm over the whole chunk; under autocast, outside it in the dtype `_lstm_dtype` picks."""
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = _lstm_dtype(x.device.type, weights[0].dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            return _fused_lstm(x.to(dtype), h0.to(dtype), c0.to(dtype), [w.to(dtype) for w in weights], training)
     out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, training, False, True)
     return out, h[0], c[0]
+
+
+def _lstm_dtype(device_type: str, weight_dtype: torch.dtype) -> torch.dtype:
+    """The LSTM's dtype under autocast. CUDA: autocast's own. Torch's autocast runs cuDNN's LSTM in float16 whatever
+    that is, and bf16 training has no loss scaler: 7% of a 2x650 LSTM's weight gradients underflowed to zero
+    (benchmarks/cuda_checks.py on an H200), where cuDNN's own bf16 LSTM loses none at the same speed. CPU: the
+    weights' dtype, since oneDNN's bf16 LSTM needs CPU support that many machines lack (it fails to build its
+    primitive)."""
+    return torch.get_autocast_dtype("cuda") if device_type == "cuda" else weight_dtype
 
 
 def _one_chunk(weights: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
