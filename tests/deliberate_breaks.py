@@ -1078,6 +1078,8 @@ def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *tests],
                          cwd=work, env=env, capture_output=True, text=True)  # fmt: skip
+    if run.returncode not in (0, 1):  # pytest did not run the tests (no pytest or torch here, a bad test id, ...)
+        sys.exit(f"pytest exited {run.returncode}, so nothing can be judged:\n{run.stdout[-2000:]}{run.stderr[-2000:]}")
     # A test whose fixture breaks ERRORs rather than FAILs: that is a catch too.
     return sorted({ln.split(" ")[1].split("[")[0] for ln in run.stdout.splitlines()
                    if ln.startswith(("FAILED", "ERROR"))})  # fmt: skip
