@@ -5,6 +5,7 @@ switched off (g = 1).
 
     python examples/quality_runs.py --converge --data DIR                  # PTB to convergence (4.6 h measured)
     python examples/quality_runs.py --converge --datasets wt2 --data DIR   # WikiText-2 to convergence
+    python examples/quality_runs.py --converge --recipe sgd --data DIR     # PTB with SGD 20 + NT-ASGD, batch 20
     python examples/quality_runs.py --dynamic --data DIR                   # then PTB's dynamic evaluation rows
     python examples/quality_runs.py --minutes 20 --data DIR                # PTB and WikiText-2, 20 minutes per model
 
@@ -12,8 +13,9 @@ DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{tra
 --data the Hub datasets `ptb_text_only` and `wikitext` (wikitext-2-v1) are used.
 
 --converge: AdamW, LR x0.25 whenever validation perplexity does not beat its best by at least 0.1%, stop after 2 such
-epochs in a row. Checkpoints every 200 updates; running the same command again resumes each unfinished model where it
-stopped.
+epochs in a row; --recipe sgd: GluonNLP's SGD at 20 with NT-ASGD averaging (batch 20, clip 0.25), stop after 5 such
+epochs, its files and results.json block named NAME_sgd. Checkpoints every 200 updates; running the same command again
+resumes each unfinished model where it stopped.
 WikiText-2 (33,278 words) uses an adaptive softmax (WT2_CUTOFFS) in both models, the same recipe otherwise. Each
 dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}, "wt2": ...,
 "runs": {dataset: model, recipe, revision, command, validation curves}}) and writes OUT/<dataset>_learning_curves.png.
@@ -45,6 +47,11 @@ TRAINING = {"scheme": "stateful", "bptt": 35, "per_device_train_batch_size": 32,
             "num_train_epochs": 100, "log_every": 100}  # fmt: skip
 CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "min_improvement": 0.001, "checkpointing_steps": 200,
             "checkpoints_total_limit": 1}  # fmt: skip
+# GluonNLP's standard_lstm_lm_200 recipe: SGD at 20 with NT-ASGD averaging, batch 20, BPTT 35, clip 0.25.
+SGD = {"optimizer": "ntasgd", "learning_rate": 20.0, "per_device_train_batch_size": 20, "clip": 0.25}
+# --converge's recipes. NT-ASGD never lowers the rate, and averaging starts only after a non-monotone window of 5
+# validations, so it stops after 5 without a 0.1% gain rather than 2.
+RECIPES = {"adamw": CONVERGE, "sgd": {**CONVERGE, **SGD, "patience": 5}}
 # WikiText-2's 33,278-word softmax is ~90% of a 2x200 model's cost; an adaptive softmax's head holds the frequent words.
 WT2_CUTOFFS = [2000, 10000]
 DATASET_MODEL = {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": WT2_CUTOFFS}}
@@ -70,26 +77,27 @@ def data_flags(data: Path | None, name: str) -> list[str]:
     return ["--train_file", str(f["train"]), "--validation_file", str(f["valid"]), "--test_file", str(f["test"])]
 
 
-def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str]) -> dict[str, Path]:
-    """Train the plain and the pointer model at once (one thread each); a model whose results.json exists is kept."""
-    procs, runs = [], {}
+def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str], tag: str = "") -> dict:
+    """Train the plain and the pointer model of dataset `name` at once (one thread each); a model whose results.json
+    exists is kept. Files are named after `tag` (default: `name`)."""
+    procs, runs, tag = [], {}, tag or name
     for kind, use_pointer in KINDS:
-        cfg_path = out / f"{name}_{kind}.json"
+        cfg_path = out / f"{tag}_{kind}.json"
         model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}
         cfg_path.write_text(json.dumps({"model": model, **training}, indent=2))
-        runs[kind] = run_dir = out / f"{name}_{kind}"
+        runs[kind] = run_dir = out / f"{tag}_{kind}"
         if (run_dir / "results.json").exists():
             continue
         cmd = [sys.executable, str(ROOT / "examples" / "train.py"), "--config", str(cfg_path), *data_flags(data, name),
                "--output_dir", str(run_dir), "--num_threads", "1", *extra]  # fmt: skip
-        log = open(out / f"{name}_{kind}.train.log", "a")
+        log = open(out / f"{tag}_{kind}.train.log", "a")
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), kind))
     for proc, kind in procs:
         if proc.wait() != 0:
-            raise SystemExit(f"training {name}/{kind} failed: see {out / f'{name}_{kind}.train.log'}")
+            raise SystemExit(f"training {tag}/{kind} failed: see {out / f'{tag}_{kind}.train.log'}")
     for kind, run_dir in runs.items():  # keep the logs beside the (ignored) model directories
-        shutil.copy(run_dir / "log.jsonl", out / f"{name}_{kind}.log.jsonl")
-        shutil.copy(run_dir / "results.json", out / f"{name}_{kind}.results.json")
+        shutil.copy(run_dir / "log.jsonl", out / f"{tag}_{kind}.log.jsonl")
+        shutil.copy(run_dir / "results.json", out / f"{tag}_{kind}.results.json")
     return runs
 
 
@@ -155,14 +163,16 @@ def git_revision() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def converge(out: Path, data: Path | None, name: str) -> dict:
-    """One dataset to convergence: both models until validation stops improving; its block joins results.json."""
-    runs = train_pair(name, out, data, CONVERGE, ["--resume_from_checkpoint", "latest"])
+def converge(out: Path, data: Path | None, name: str, recipe: str = "adamw") -> dict:
+    """One dataset to convergence with one of RECIPES: both models until validation stops improving; its block
+    joins results.json under the dataset's name (adamw) or NAME_RECIPE."""
+    tag = block_name(name, recipe)
+    runs = train_pair(name, out, data, RECIPES[recipe], ["--resume_from_checkpoint", "latest"], tag)
     train = {k: json.loads((runs[k] / "results.json").read_text()) for k in runs}
     plain, pointer, pointer_val = evaluate_all([
-        (runs["plain"], name, out / f"{name}_plain.eval.json", ["--cache_grid"]),
-        (runs["pointer"], name, out / f"{name}_pointer.eval.json", []),
-        (runs["pointer"], name, out / f"{name}_pointer.valid.eval.json", ["--split", "validation"]),
+        (runs["plain"], name, out / f"{tag}_plain.eval.json", ["--cache_grid"]),
+        (runs["pointer"], name, out / f"{tag}_pointer.eval.json", []),
+        (runs["pointer"], name, out / f"{tag}_pointer.valid.eval.json", ["--split", "validation"]),
     ], data)  # fmt: skip
 
     def row(kind, test_ppl, valid_ppl, **more):
@@ -173,7 +183,7 @@ def converge(out: Path, data: Path | None, name: str) -> dict:
     best = plain["cache_grid_best_on_validation"]
     path = out / "results.json"
     results = saved_results(path)
-    results[name] = {
+    results[tag] = {
         "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
         "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
         "plain_cache": row(
@@ -182,36 +192,43 @@ def converge(out: Path, data: Path | None, name: str) -> dict:
         "pointer_off": row("pointer", pointer["ppl_pointer_off"], pointer_val["ppl_pointer_off"]),
     }
     curves = {f"{k} LSTM": validation_curve(runs[k] / "log.jsonl") for k in ("plain", "pointer")}
-    results.setdefault("runs", {})[name] = {
+    results.setdefault("runs", {})[tag] = {
         "pointer_over_plain_test": pointer["ppl"] / plain["ppl"],
         "model": {**MODEL, **DATASET_MODEL[name]},
-        "training": CONVERGE,
+        "training": RECIPES[recipe],
         "revision": git_revision(),
-        "command": f"python examples/quality_runs.py --converge --datasets {name} --data DIR",
+        "command": f"python examples/quality_runs.py --converge --datasets {name} --data DIR"
+        + (f" --recipe {recipe}" if recipe != "adamw" else ""),
         "validation_curves": curves,
     }
-    plot_learning_curves(curves, out / f"{name}_learning_curves.png",
+    plot_learning_curves(curves, out / f"{tag}_learning_curves.png",
                          f"{TITLES[name]}, 2x200: validation perplexity per epoch")  # fmt: skip
     path.write_text(json.dumps(results, indent=2))
     return results
 
 
-def dynamic(out: Path, data: Path | None, name: str) -> dict:
+def block_name(name: str, recipe: str) -> str:
+    """results.json's key (and the files' prefix) of a dataset's converged block: the adamw recipe keeps the plain
+    dataset name of the runs made before recipes could be chosen."""
+    return name if recipe == "adamw" else f"{name}_{recipe}"
+
+
+def dynamic(out: Path, data: Path | None, name: str, recipe: str = "adamw") -> dict:
     """Dynamic evaluation (and the neural cache on top) of a converged dataset's two models; its rows join the
     dataset's block. Each model is the run this script trained in OUT, or else its shipped folder in pretrained/."""
-    path = out / "results.json"
+    path, tag = out / "results.json", block_name(name, recipe)
     results = saved_results(path)
-    if name not in results:
-        raise SystemExit(f"--dynamic: {path} has no {name!r} block; run --converge --datasets {name} first")
+    if tag not in results:
+        raise SystemExit(f"--dynamic: {path} has no {tag!r} block; run --converge --datasets {name} first")
     jobs, models = [], {}
     for kind, _ in KINDS:
-        run_dir, shipped = out / f"{name}_{kind}", ROOT / "pretrained" / SHIPPED[name][kind]
+        run_dir, shipped = out / f"{tag}_{kind}", ROOT / "pretrained" / SHIPPED[name][kind]
         models[kind] = run_dir if (run_dir / "config.json").exists() else shipped
         if not (models[kind] / "config.json").exists():
             raise SystemExit(f"--dynamic: no {name} {kind} model in {run_dir} or {shipped}")
-        jobs.append((models[kind], name, out / f"{name}_{kind}.dynamic.json", DYNAMIC))
+        jobs.append((models[kind], name, out / f"{tag}_{kind}.dynamic.json", DYNAMIC))
     evals = dict(zip(models, evaluate_all(jobs, data), strict=True))
-    block = results[name]
+    block = results[tag]
     flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])
     for kind, ev in evals.items():
         d, best = ev["dynamic"], ev["dynamic_grid_best_on_validation"]
@@ -281,6 +298,9 @@ def main(argv=None):
     ap.add_argument("--data", help="folder with ptb/ and wikitext-2/ text files (default: the Hub datasets)")
     ap.add_argument("--out", help="output folder (default: results/converged or results/quality)")
     ap.add_argument("--datasets", help="ptb, wt2 or both (default: ptb with --converge, both without)")
+    ap.add_argument("--recipe", choices=sorted(RECIPES), default="adamw",
+                    help="--converge and --dynamic: the training recipe (sgd: SGD 20 + NT-ASGD, batch 20); a recipe "
+                    "other than adamw names its files and its results.json block NAME_RECIPE")  # fmt: skip
     args = ap.parse_args(argv)
     data = Path(args.data) if args.data else None
     if data is not None and not data.is_dir():
@@ -295,8 +315,8 @@ def main(argv=None):
     if not (args.converge or args.dynamic):
         return budget(out, data, names, args.minutes)
     for name in names:
-        results = dynamic(out, data, name) if args.dynamic else converge(out, data, name)
-        for kind, row in results[name].items():
+        results = (dynamic if args.dynamic else converge)(out, data, name, args.recipe)
+        for kind, row in results[block_name(name, args.recipe)].items():
             valid = "      —" if row["valid_ppl"] is None else f"{row['valid_ppl']:7.2f}"
             print(f"{name} {kind:20s} valid {valid}  test {row['test_ppl']:7.2f}")
     return results

@@ -24,15 +24,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality_runs import CONVERGE, DATASET_MODEL, MODEL, ROOT, data_flags, git_revision  # noqa: E402
+from quality_runs import CONVERGE, DATASET_MODEL, MODEL, ROOT, SGD, data_flags, git_revision  # noqa: E402
 
 # The converged runs' recipe, as a budget run: no early stop (the budget ends it), LR x0.25 at each plateau.
 BASE = {**CONVERGE, "patience": 1000, "checkpoints_total_limit": 1, "num_train_epochs": 1000}
 # AWD-LSTM's regularisers (Merity et al. 2017) at its PTB values, scaled to a 200-unit model's smaller capacity.
 AWD = {"embedding_dropout": 0.1, "input_dropout": 0.4, "hidden_dropout": 0.25, "output_dropout": 0.4,
        "weight_drop": 0.5}  # fmt: skip
-# GluonNLP's standard_lstm_lm_200 recipe: SGD at 20 with NT-ASGD averaging, batch 20, BPTT 35, clip 0.25.
-SGD = {"optimizer": "ntasgd", "learning_rate": 20.0, "per_device_train_batch_size": 20, "clip": 0.25}
 
 # name: (dataset, use_pointer, model overrides, training overrides, why)
 CANDIDATES = {

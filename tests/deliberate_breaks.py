@@ -485,8 +485,8 @@ MUTS = [
     (
         "quality runs: results.json rewritten without the other datasets",
         "examples/quality_runs.py",
-        "results = saved_results(path)\n    results[name] = {",
-        "results = {}\n    results[name] = {",
+        "results = saved_results(path)\n    results[tag] = {",
+        "results = {}\n    results[tag] = {",
         ["tests/test_quality_runs.py"],
     ),
     (
@@ -1068,6 +1068,20 @@ MUTS += [
         '    return torch.get_autocast_dtype("cuda") if device_type == "cuda" else weight_dtype',
         "    return weight_dtype",
         ["tests/test_modeling.py::test_lstm_runs_outside_autocast_in_a_dtype_chosen_per_device"],
+    ),
+    (
+        "quality runs recipe: --recipe sgd trains with the adamw recipe",
+        "examples/quality_runs.py",
+        '    runs = train_pair(name, out, data, RECIPES[recipe], ["--resume_from_checkpoint", "latest"], tag)',
+        '    runs = train_pair(name, out, data, RECIPES["adamw"], ["--resume_from_checkpoint", "latest"], tag)',
+        ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
+    ),
+    (
+        "quality runs recipe: every recipe's block under the dataset's name",
+        "examples/quality_runs.py",
+        '    return name if recipe == "adamw" else f"{name}_{recipe}"',
+        "    return name",
+        ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -38,36 +38,41 @@ TINY_DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_g
 
 @pytest.fixture(scope="module")
 def converged(tmp_path_factory):
-    """Both datasets converged (tiny), one command each: (data, out, the PTB-only results, results after WT2)."""
+    """Both datasets converged (tiny), one command each, WikiText-2 with the sgd recipe: (data, out, the PTB-only
+    results, results after WT2)."""
     root = tmp_path_factory.mktemp("quality")
     data, out = root / "data", root / "out"
     write_corpora(data)
     out.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(quality_runs, "MODEL", {**quality_runs.MODEL, **TINY_MODEL})
-        mp.setattr(quality_runs, "CONVERGE", {**quality_runs.CONVERGE, **TINY_TRAINING})
+        mp.setattr(quality_runs, "RECIPES", {k: {**r, **TINY_TRAINING} for k, r in quality_runs.RECIPES.items()})
         mp.setattr(quality_runs, "DATASET_MODEL", {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": [10, 25]}})
         quality_runs.main(["--converge", "--data", str(data), "--out", str(out)])
         ptb = json.loads((out / "results.json").read_text())
-        quality_runs.main(["--converge", "--datasets", "wt2", "--data", str(data), "--out", str(out)])
+        sgd = ["--converge", "--datasets", "wt2", "--recipe", "sgd"]
+        quality_runs.main([*sgd, "--data", str(data), "--out", str(out)])
     return data, out, ptb, json.loads((out / "results.json").read_text())
 
 
 def test_converge_adds_each_dataset_block_beside_the_others(converged):
     data, out, ptb, results = converged
     assert results["ptb"] == ptb["ptb"] and results["runs"]["ptb"] == ptb["runs"]["ptb"]  # kept, not overwritten
-    for name in ("ptb", "wt2"):
+    assert set(results) == {"ptb", "wt2_sgd", "runs"}
+    for name in ("ptb", "wt2_sgd"):
         assert set(results[name]) == ROWS
         assert all(math.isfinite(row["test_ppl"]) and math.isfinite(row["valid_ppl"]) for row in results[name].values())
         assert (out / f"{name}_learning_curves.png").stat().st_size > 0
-        assert results["runs"][name]["command"].startswith(
-            f"python examples/quality_runs.py --converge --datasets {name}"
-        )
-    cutoffs = {name: results["runs"][name]["model"].get("adaptive_softmax_cutoffs") for name in ("ptb", "wt2")}
-    assert cutoffs == {"ptb": None, "wt2": [10, 25]}
-    for kind in ("plain", "pointer"):  # the models trained are the ones the block describes
-        trained = json.loads((out / f"wt2_{kind}" / "config.json").read_text())
+    assert results["runs"]["ptb"]["command"] == "python examples/quality_runs.py --converge --datasets ptb --data DIR"
+    assert results["runs"]["wt2_sgd"]["command"].endswith("--datasets wt2 --data DIR --recipe sgd")
+    assert results["runs"]["ptb"]["training"]["optimizer"] == "adamw"
+    assert results["runs"]["wt2_sgd"]["training"]["optimizer"] == "ntasgd"
+    cutoffs = {name: results["runs"][name]["model"].get("adaptive_softmax_cutoffs") for name in ("ptb", "wt2_sgd")}
+    assert cutoffs == {"ptb": None, "wt2_sgd": [10, 25]}
+    for kind in ("plain", "pointer"):  # the models trained are the ones the block describes, with its recipe
+        trained = json.loads((out / f"wt2_sgd_{kind}" / "config.json").read_text())
         assert trained["adaptive_softmax_cutoffs"] == [10, 25] and trained["use_pointer"] == (kind == "pointer")
+        assert json.loads((out / f"wt2_sgd_{kind}.json").read_text())["optimizer"] == "ntasgd"
         assert json.loads((out / f"ptb_{kind}" / "config.json").read_text())["adaptive_softmax_cutoffs"] == []
 
 
@@ -82,7 +87,7 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
     new = {f"{k}_dynamic{c}" for k in ("plain", "pointer") for c in ("", "_cache")}
     assert set(results["ptb"]) == ROWS | new
     assert {k: results["ptb"][k] for k in ROWS} == {k: before["ptb"][k] for k in ROWS}  # the static rows are kept
-    assert results["wt2"] == before["wt2"] and results["runs"] == before["runs"]
+    assert results["wt2_sgd"] == before["wt2_sgd"] and results["runs"] == before["runs"]
     for kind in ("plain", "pointer"):
         row, ev = results["ptb"][f"{kind}_dynamic"], json.loads((out / f"ptb_{kind}.dynamic.json").read_text())
         assert row["test_ppl"] == ev["ppl_dynamic"] and row["valid_ppl"] == ev["dynamic_grid_best_on_validation"]["ppl"]
