@@ -20,10 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
 from cli import (  # noqa: E402
@@ -36,27 +32,6 @@ from cli import (  # noqa: E402
     load_saved_model,
     load_splits,
 )
-
-import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
-from modeling_pointer_sentinel.evaluation import (  # noqa: E402
-    NeuralCache,
-    bucket_log_ppl_difference,
-    cache_grid_search,
-    collect_outputs,
-    dynamic_evaluate,
-    dynamic_grid_search,
-    frequency_buckets,
-    gate_statistics,
-    gradient_statistics,
-    perplexity,
-)
-from modeling_pointer_sentinel.plotting import (  # noqa: E402
-    plot_bucket_differences,
-    plot_gate_histogram,
-    pointer_picture_positions,
-    pointer_window_picture,
-)
-from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
 CACHE_GRID = dict(windows=(500, 2000, 3785), thetas=(0.3, 0.662, 1.0), lambdas=(0.05, 0.1279, 0.2, 0.3))
@@ -142,6 +117,35 @@ def parse_args(argv=None):
     for flag in ("train_file", "validation_file", "test_file"):
         check_local_path(p, f"--{flag}", getattr(args, flag))
     return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
+from modeling_pointer_sentinel.evaluation import (  # noqa: E402
+    NeuralCache,
+    bucket_log_ppl_difference,
+    cache_grid_search,
+    collect_outputs,
+    dynamic_evaluate,
+    dynamic_grid_search,
+    frequency_buckets,
+    gate_statistics,
+    gradient_statistics,
+    perplexity,
+)
+from modeling_pointer_sentinel.plotting import (  # noqa: E402
+    plot_bucket_differences,
+    plot_gate_histogram,
+    pointer_picture_positions,
+    pointer_window_picture,
+)
+from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 
 def best_of(grid: list[dict], what: str) -> dict:
