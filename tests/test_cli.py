@@ -345,6 +345,8 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
     ("train.py", ["--resume_from_checkpoint", "no_such_step"], "no such checkpoint folder"),
     ("evaluate.py", ["--help"], ""),
     ("evaluate.py", ["model", "--cache_window", "0"], "--cache_window must be >= 1, got 0"),
+    ("evaluate.py", ["model", "--dynamic", "--dynamic_segment", "0"], "--dynamic_segment must be >= 1, got 0"),
+    ("evaluate.py", ["model", "--dynamic_grid"], "--dynamic_grid needs --dynamic"),
     ("evaluate.py", ["no_model"], "no such model folder"),
     ("generate.py", ["--help"], ""),
     ("generate.py", ["model", "--top_p", "1.5"], "--top_p must be in (0, 1]"),
