@@ -20,10 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModelForCausalLM
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
 from cli import (  # noqa: E402
@@ -35,28 +31,9 @@ from cli import (  # noqa: E402
     fail,
     load_saved_model,
     load_splits,
+    non_negative,
+    positive,
 )
-
-import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
-from modeling_pointer_sentinel.evaluation import (  # noqa: E402
-    NeuralCache,
-    bucket_log_ppl_difference,
-    cache_grid_search,
-    collect_outputs,
-    dynamic_evaluate,
-    dynamic_grid_search,
-    frequency_buckets,
-    gate_statistics,
-    gradient_statistics,
-    perplexity,
-)
-from modeling_pointer_sentinel.plotting import (  # noqa: E402
-    plot_bucket_differences,
-    plot_gate_histogram,
-    pointer_picture_positions,
-    pointer_window_picture,
-)
-from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
 CACHE_GRID = dict(windows=(500, 2000, 3785), thetas=(0.3, 0.662, 1.0), lambdas=(0.05, 0.1279, 0.2, 0.3))
@@ -72,6 +49,9 @@ RANGES = [  # checked by cli.check_ranges (a float must also be finite; a grid v
     ("--cache_grid_thetas", lambda t: True, "a finite number"),
     ("--cache_lambda", lambda lam: 0 <= lam <= 1, "in [0, 1]"),
     ("--cache_grid_lambdas", lambda lam: 0 <= lam <= 1, "in [0, 1]"),
+    *((f"--dynamic_{n}", positive, ">= 1") for n in ("segment", "stats_batch_size", "grid_segments", "grid_tokens")),
+    *((f"--dynamic_{n}", non_negative, ">= 0") for n in ("lr", "lambda", "stats_tokens", "grid_lrs", "grid_lambdas")),
+    ("--dynamic_epsilon", positive, "> 0"),
 ]
 
 
@@ -133,6 +113,8 @@ def parse_args(argv=None):
             setattr(args, f"cache_grid_{axis}", list(default))
         elif not args.cache_grid:
             p.error(f"--cache_grid_{axis} needs --cache_grid")
+    if args.dynamic_grid and not args.dynamic:
+        p.error("--dynamic_grid needs --dynamic")
     check_ranges(p, args, RANGES)
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
@@ -142,6 +124,35 @@ def parse_args(argv=None):
     for flag in ("train_file", "validation_file", "test_file"):
         check_local_path(p, f"--{flag}", getattr(args, flag))
     return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
+from modeling_pointer_sentinel.evaluation import (  # noqa: E402
+    NeuralCache,
+    bucket_log_ppl_difference,
+    cache_grid_search,
+    collect_outputs,
+    dynamic_evaluate,
+    dynamic_grid_search,
+    frequency_buckets,
+    gate_statistics,
+    gradient_statistics,
+    perplexity,
+)
+from modeling_pointer_sentinel.plotting import (  # noqa: E402
+    plot_bucket_differences,
+    plot_gate_histogram,
+    pointer_picture_positions,
+    pointer_window_picture,
+)
+from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 
 def best_of(grid: list[dict], what: str) -> dict:
@@ -174,8 +185,6 @@ def main(argv=None):
         fail("--cache_grid chooses the cache on the validation split: give --validation_file")
     if args.dynamic and "train" not in splits:
         fail("--dynamic collects its gradient statistics on the training split: give --train_file")
-    if args.dynamic_grid and not args.dynamic:
-        fail("--dynamic_grid needs --dynamic")
     if args.dynamic_grid and "validation" not in splits:
         fail("--dynamic_grid chooses the hyperparameters on the validation split: give --validation_file")
     if args.compare and "train" not in splits:
@@ -190,16 +199,6 @@ def main(argv=None):
         print(f"warning: {rate:.1%} of the {args.split} tokens are <unk>: is this the data the tokenizer was built "
               "for? (with no data flags the bundled WikiText-2 is used)", file=sys.stderr)  # fmt: skip
     need_hidden = args.cache or args.cache_grid
-    if args.dynamic:  # fail on bad hyperparameters now, not after the static evaluation
-        for name in ("segment", "stats_tokens", "stats_batch_size", "grid_tokens"):
-            if getattr(args, f"dynamic_{name}") < (0 if name == "stats_tokens" else 1):
-                fail(f"--dynamic_{name} must be >= {0 if name == 'stats_tokens' else 1}")
-        if min(args.dynamic_grid_segments) < 1:
-            fail("--dynamic_grid_segments must be >= 1")
-        if not (args.dynamic_lr >= 0 and args.dynamic_lambda >= 0 and args.dynamic_epsilon > 0):
-            fail("--dynamic_lr and --dynamic_lambda must be >= 0, --dynamic_epsilon > 0")
-        if min(args.dynamic_grid_lrs + args.dynamic_grid_lambdas) < 0:
-            fail("--dynamic_grid_lrs and --dynamic_grid_lambdas must be >= 0")
 
     def run(m, split):
         streams = streams_for(ids[split], args.batch_size, args.max_tokens)

@@ -23,14 +23,41 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-from tqdm.auto import tqdm
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_saved_model  # noqa: E402
+
+FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
+
+
+RANGES = [("--check_steps", lambda v: v >= 1, ">= 1"), ("--batch_size", lambda v: v >= 1, ">= 1"),
+          ("--max_tokens", lambda v: v >= 1, ">= 1")]  # fmt: skip
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", help="a saved model folder (save_pretrained / examples/train.py output)")
+    p.add_argument("out", help="the folder to write")
+    p.add_argument("--int8", action="store_true", help="also write decode_step.int8.onnx (dynamic int8)")
+    p.add_argument("--check_steps", type=int, default=500, help="greedy steps of the parity check")
+    p.add_argument("--test_file", type=Path, help="plain text: also measure the test perplexity of each graph")
+    p.add_argument("--batch_size", type=int, default=10, help="streams for --test_file (evaluate.py's default)")
+    p.add_argument("--max_tokens", type=int, help="score only the first N tokens of --test_file")
+    describe_ranges(p, RANGES)
+    args = p.parse_args(argv)
+    check_ranges(p, args, RANGES)
+    if args.test_file is not None and not args.test_file.is_file():
+        p.error(f"--test_file {args.test_file} is not a file")
+    return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from onnx_generate import run_step, session  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
@@ -40,8 +67,6 @@ from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
     decode_step,
     pack_weights,
 )
-
-FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"]
 
 
 class DecodeStepGraph(torch.nn.Module):
@@ -235,27 +260,6 @@ def decode_speed(model, path: Path, steps: int = 300) -> float:
         log_p, state = run_step(sess, names, ids, state)
         ids = log_p.argmax(-1)
     return (time.perf_counter() - start) / steps * 1e3
-
-
-RANGES = [("--check_steps", lambda v: v >= 1, ">= 1"), ("--batch_size", lambda v: v >= 1, ">= 1"),
-          ("--max_tokens", lambda v: v >= 1, ">= 1")]  # fmt: skip
-
-
-def parse_args(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("folder", help="a saved model folder (save_pretrained / examples/train.py output)")
-    p.add_argument("out", help="the folder to write")
-    p.add_argument("--int8", action="store_true", help="also write decode_step.int8.onnx (dynamic int8)")
-    p.add_argument("--check_steps", type=int, default=500, help="greedy steps of the parity check")
-    p.add_argument("--test_file", type=Path, help="plain text: also measure the test perplexity of each graph")
-    p.add_argument("--batch_size", type=int, default=10, help="streams for --test_file (evaluate.py's default)")
-    p.add_argument("--max_tokens", type=int, help="score only the first N tokens of --test_file")
-    describe_ranges(p, RANGES)
-    args = p.parse_args(argv)
-    check_ranges(p, args, RANGES)
-    if args.test_file is not None and not args.test_file.is_file():
-        p.error(f"--test_file {args.test_file} is not a file")
-    return args
 
 
 def main(argv=None):

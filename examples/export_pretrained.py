@@ -24,25 +24,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
 from cli import ArgumentParser, check_local_path, fail, load_saved_model  # noqa: E402
-from evaluate import parse_args as evaluate_args  # noqa: E402
-from evaluate import streams_for  # noqa: E402
-
-from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import add_text_rules  # noqa: E402
-from modeling_pointer_sentinel.training import (  # noqa: E402
-    encode_lines,
-    load_text_splits,
-    suppress_unk_in_generation,
-    unk_rate,
-    unk_token_id,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXED_SLICE_TOKENS = 2000
@@ -79,6 +63,26 @@ def parse_args(argv=None):
     for flag in ("validation_file", "test_file", "recipe"):
         check_local_path(p, f"--{flag}", getattr(args, flag))
     return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import streams_for  # noqa: E402
+from huggingface_hub import EvalResult, ModelCard, ModelCardData  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.tokenization import add_text_rules  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    encode_lines,
+    load_text_splits,
+    suppress_unk_in_generation,
+    unk_rate,
+    unk_token_id,
+)
 
 
 def display_path(path) -> str:

@@ -13,13 +13,66 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from transformers import set_seed
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
-from cli import ArgumentParser, check_ranges, describe_ranges, load_saved_model  # noqa: E402
+from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_saved_model  # noqa: E402
+
+RANGES = [  # checked by cli.check_ranges (a float must also be finite) and stated in --help
+    ("--max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("--temperature", lambda v: v > 0, "a number > 0"),
+    ("--top_k", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("--top_p", lambda v: 0 < v <= 1, "in (0, 1] (1: off)"),
+    ("--num_beams", lambda v: v >= 1, ">= 1"),
+    ("--num_return_sequences", lambda v: v >= 1, ">= 1"),
+    ("--repetition_penalty", lambda v: v > 0, "a number > 0 (1: off)"),
+    ("--seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
+]
+
+
+def check_flags(p, args):
+    """Every numeric flag in range, and the combinations generate would refuse, as one error line each."""
+    check_ranges(p, args, RANGES)
+    if args.num_beams > 1 and args.num_return_sequences > args.num_beams:
+        p.error(f"--num_return_sequences {args.num_return_sequences} must be <= --num_beams {args.num_beams}")
+    if args.num_beams == 1 and not args.do_sample and args.num_return_sequences > 1:
+        p.error("--num_return_sequences > 1 needs --do_sample or --num_beams (greedy decoding gives one sequence)")
+    if args.show_gate and args.no_pointer_mix:
+        p.error("--show_gate reports the pointer's share of the mixture; with --no_pointer_mix there is none")
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="directory written by save_pretrained (model + tokenizer)")
+    p.add_argument("--prompt", default="", help="text to continue, from a line start (<eos> before it)")
+    p.add_argument("--max_new_tokens", type=int, default=30)
+    p.add_argument("--do_sample", action="store_true")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top_k", type=int, default=0)
+    p.add_argument("--top_p", type=float, default=1.0)
+    p.add_argument("--num_beams", type=int, default=1)
+    p.add_argument("--num_return_sequences", type=int, default=1)
+    p.add_argument("--repetition_penalty", type=float, default=1.0)
+    p.add_argument("--no_pointer_mix", action="store_true", help="sample from the vocabulary softmax alone")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--show_gate", action="store_true",
+                   help="for each generated word w, print the share of its probability that came from the pointer, "
+                   "sum_{i: x_i = w} a_i / p_mix(w) (0 for a word not in the window), and g, the weight of the "
+                   "vocabulary softmax at that step")  # fmt: skip
+    describe_ranges(p, RANGES)
+    args = p.parse_args(argv)
+    check_flags(p, args)
+    if not Path(args.model).is_dir():
+        p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
+                "--output_dir)")  # fmt: skip
+    return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from transformers import set_seed  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 
@@ -52,58 +105,12 @@ def pointer_shares(model, seq: torch.Tensor, start: int, n: int) -> tuple[torch.
     return out.gate[0, at], mass / p_mix
 
 
-RANGES = [  # checked by cli.check_ranges (a float must also be finite) and stated in --help
-    ("--max_new_tokens", lambda v: v >= 1, ">= 1"),
-    ("--temperature", lambda v: v > 0, "a number > 0"),
-    ("--top_k", lambda v: v >= 0, ">= 0 (0: off)"),
-    ("--top_p", lambda v: 0 < v <= 1, "in (0, 1] (1: off)"),
-    ("--num_beams", lambda v: v >= 1, ">= 1"),
-    ("--num_return_sequences", lambda v: v >= 1, ">= 1"),
-    ("--repetition_penalty", lambda v: v > 0, "a number > 0 (1: off)"),
-    ("--seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
-]
-
-
-def check_flags(p, args):
-    """Every numeric flag in range, and the combinations generate would refuse, as one error line each."""
-    check_ranges(p, args, RANGES)
-    if args.num_beams > 1 and args.num_return_sequences > args.num_beams:
-        p.error(f"--num_return_sequences {args.num_return_sequences} must be <= --num_beams {args.num_beams}")
-    if args.num_beams == 1 and not args.do_sample and args.num_return_sequences > 1:
-        p.error("--num_return_sequences > 1 needs --do_sample or --num_beams (greedy decoding gives one sequence)")
-    if args.show_gate and args.no_pointer_mix:
-        p.error("--show_gate reports the pointer's share of the mixture; with --no_pointer_mix there is none")
-
-
 def main(argv=None):
-    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="directory written by save_pretrained (model + tokenizer)")
-    p.add_argument("--prompt", default="", help="text to continue, from a line start (<eos> before it)")
-    p.add_argument("--max_new_tokens", type=int, default=30)
-    p.add_argument("--do_sample", action="store_true")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top_k", type=int, default=0)
-    p.add_argument("--top_p", type=float, default=1.0)
-    p.add_argument("--num_beams", type=int, default=1)
-    p.add_argument("--num_return_sequences", type=int, default=1)
-    p.add_argument("--repetition_penalty", type=float, default=1.0)
-    p.add_argument("--no_pointer_mix", action="store_true", help="sample from the vocabulary softmax alone")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--show_gate", action="store_true",
-                   help="for each generated word w, print the share of its probability that came from the pointer, "
-                   "sum_{i: x_i = w} a_i / p_mix(w) (0 for a word not in the window), and g, the weight of the "
-                   "vocabulary softmax at that step")  # fmt: skip
-    describe_ranges(p, RANGES)
-    args = p.parse_args(argv)
-    check_flags(p, args)
-    if not Path(args.model).is_dir():
-        p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
-                "--output_dir)")  # fmt: skip
-
+    args = parse_args(argv)
     set_seed(args.seed)
     tok, model = load_saved_model(args.model)
     if args.show_gate and not model.config.use_pointer:
-        p.error(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
+        fail(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
     # Every training line follows an <eos>: the prompt starts a line (from the zero state without one, the PTB pointer
     # model ends the line at once, p(<eos>) 0.85 after "the company said").
     prompt_ids = tok(args.prompt, add_special_tokens=False)["input_ids"]

@@ -22,12 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from accelerate import Accelerator
-from accelerate.utils import set_seed
-from tqdm.auto import tqdm
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
 from cli import (  # noqa: E402
@@ -45,24 +39,7 @@ from cli import (  # noqa: E402
     read_config,
 )
 
-from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
-from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import TEXT_RULES, build_word_level_tokenizer  # noqa: E402
-from modeling_pointer_sentinel.training import (  # noqa: E402
-    ParameterAverager,
-    activation_penalty,
-    check_frequency_order,
-    encode_lines,
-    improves,
-    make_segment,
-    nt_asgd_triggered,
-    run_segment,
-    segment_schedule,
-    shard_streams,
-    suppress_unk_in_generation,
-    unk_rate,
-    unk_token_id,
-)
+TEXT_RULES = ("wikitext", "ptb", "whitespace")  # tokenization.TEXT_RULES (a test holds them equal), not imported here
 
 # Every numeric flag's range, checked once the command line and --config are read (before any work) and appended to
 # the flag's --help; a flag left at None (not given) is not checked.
@@ -170,8 +147,7 @@ def parse_args(argv=None):
 
     describe_ranges(p, RANGES)
 
-    fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
-    model_overrides = read_config(p, argv, fields)  # config entries become defaults: the command line wins
+    model_overrides = read_config(p, argv)  # config entries become defaults: the command line wins
     args = p.parse_args(argv)
     check_ranges(p, args, RANGES)
     if args.resume_from_checkpoint not in (None, "latest"):
@@ -181,8 +157,64 @@ def parse_args(argv=None):
             p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
+    # Last: the model's fields are those of its config class, whose import (torch, transformers) takes seconds.
+    from modeling_pointer_sentinel import PointerSentinelConfig
+
+    fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
+    if unknown := sorted(set(model_overrides) - fields):
+        p.error(f"unknown model fields in --config {args.config}: {unknown}")
     args.model = model_overrides
     return args
+
+
+# ---- checkpoints that survive a kill at any moment ----
+# A checkpoint is written to step_N.incomplete, its files are synced, a manifest (every file and its size) is written
+# last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
+# removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
+# skips it, and the next save removes it.
+MANIFEST = "checkpoint.json"
+
+
+def incomplete(folder: Path) -> str | None:
+    """Why `folder` is not a whole checkpoint (None when it is): its manifest is missing, or a file it lists is."""
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"no readable {MANIFEST}: its save did not finish"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != size:
+            return f"{name} is missing or truncated"
+    return None
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+from accelerate import Accelerator  # noqa: E402
+from accelerate.utils import set_seed  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
+
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
+from modeling_pointer_sentinel.training import (  # noqa: E402
+    ParameterAverager,
+    activation_penalty,
+    check_frequency_order,
+    encode_lines,
+    improves,
+    make_segment,
+    nt_asgd_triggered,
+    run_segment,
+    segment_schedule,
+    shard_streams,
+    suppress_unk_in_generation,
+    unk_rate,
+    unk_token_id,
+)
 
 
 def build_tokenizer(args, train_lines):
@@ -282,31 +314,11 @@ class TimeLimit:
         return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
-# ---- checkpoints that survive a kill at any moment ----
-# A checkpoint is written to step_N.incomplete, its files are synced, a manifest (every file and its size) is written
-# last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
-# removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
-# skips it, and the next save removes it.
-MANIFEST = "checkpoint.json"
-
-
+# ---- checkpoints: the newest whole one, tidying, saving (the scheme: above MANIFEST) ----
 def checkpoint_folders(out_dir: Path) -> list[Path]:
     """The step_N folders of out_dir, oldest first."""
     found = [d for d in out_dir.glob("step_*") if d.is_dir() and d.name[5:].isdigit()]
     return sorted(found, key=lambda d: int(d.name[5:]))
-
-
-def incomplete(folder: Path) -> str | None:
-    """Why `folder` is not a whole checkpoint (None when it is): its manifest is missing, or a file it lists is."""
-    try:
-        files = json.loads((folder / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"no readable {MANIFEST}: its save did not finish"
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != size:
-            return f"{name} is missing or truncated"
-    return None
 
 
 def latest_checkpoint(out_dir: Path, say=print) -> Path | None:

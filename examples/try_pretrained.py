@@ -16,19 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-from transformers import pipeline, set_seed
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
 from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_errors, positive  # noqa: E402
-from evaluate import parse_args as evaluate_args  # noqa: E402
-from evaluate import streams_for  # noqa: E402
-from export_pretrained import DATASETS  # noqa: E402
-
-from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"  # WikiText-2 is bundled: scored with no flag
@@ -57,6 +47,20 @@ def parse_args(argv=None):
     if args.test_file and not Path(args.test_file).is_file():  # checked before the samples, not after
         p.error(f"--test_file {args.test_file}: no such file")
     return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
+    parse_args()
+
+import torch  # noqa: E402
+from evaluate import parse_args as evaluate_args  # noqa: E402
+from evaluate import streams_for  # noqa: E402
+from export_pretrained import DATASETS  # noqa: E402
+from tqdm.auto import tqdm  # noqa: E402
+from transformers import pipeline, set_seed  # noqa: E402
+
+from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
 
 
 def main(argv=None):

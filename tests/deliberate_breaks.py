@@ -29,6 +29,7 @@ G = "examples/generate.py"
 R = "benchmarks/run.py"
 CKPT = ["tests/test_checkpoints.py"]
 RULES = ["tests/test_text_rules.py"]
+ARGS_FIRST = ["tests/test_cli.py::test_scripts_check_their_command_line_before_importing_torch"]
 FD, ONNX, OX, OG = (
     "tests/test_fast_decode.py",
     "tests/test_onnx.py",
@@ -1082,6 +1083,60 @@ MUTS += [
         '    return name if recipe == "adamw" else f"{name}_{recipe}"',
         "    return name",
         ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
+    ),
+    # the scripts check their command line before they import torch ("args first" picks these)
+    *(
+        (
+            f"args first: {f} imports torch at its top",
+            f"examples/{f}",
+            "import argparse\n",
+            "import argparse\nimport torch\n",
+            ARGS_FIRST,
+        )
+        for f in (
+            "train.py",
+            "evaluate.py",
+            "generate.py",
+            "export_onnx.py",
+            "try_pretrained.py",
+            "export_pretrained.py",
+            "cli.py",
+        )
+    ),
+    (
+        "args first: train.py parses only in main, after the imports",
+        T,
+        'if __name__ == "__main__":  # a mistaken command line fails here',
+        "if False:  # a mistaken command line fails here",
+        ARGS_FIRST,
+    ),
+    (
+        "args first: train.py imports the config class before the range checks",
+        T,
+        "    model_overrides = read_config(p, argv)",
+        "    from modeling_pointer_sentinel import PointerSentinelConfig  # noqa: F401\n    model_overrides = read_config(p, argv)",
+        ARGS_FIRST,
+    ),
+    (
+        "args first: train.py's text rules differ from the tokenizer's",
+        T,
+        'TEXT_RULES = ("wikitext", "ptb", "whitespace")',
+        'TEXT_RULES = ("wikitext", "ptb")',
+        ["tests/test_cli.py::test_train_names_the_tokenizers_text_rules"],
+    ),
+    (
+        "args first: evaluate.py lets --dynamic_segment 0 through to main",
+        "examples/evaluate.py",
+        'for n in ("segment", "stats_batch_size", "grid_segments", "grid_tokens")',
+        'for n in ("stats_batch_size", "grid_segments", "grid_tokens")',
+        ARGS_FIRST,
+    ),
+    (
+        "args first: evaluate.py takes --dynamic_grid without --dynamic",
+        "examples/evaluate.py",
+        '        p.error("--dynamic_grid needs --dynamic")',
+        "        pass",
+        ARGS_FIRST,
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.

@@ -323,3 +323,72 @@ def test_help_examples_keep_their_line_continuations(script):
 
     doc = ast.get_docstring(ast.parse((ROOT / "examples" / script).read_text()), clean=False)
     assert " \\\n" in doc and "         --" not in doc
+
+
+# Runs a script as `python SCRIPT ARGS...` would, then names the heavy modules it imported, on the last line of stderr.
+IMPORTS_OF = r"""
+import runpy, sys
+sys.argv = sys.argv[1:]
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    heavy = {"torch", "transformers", "accelerate", "datasets", "tokenizers"}
+    print("heavy imports:", sorted(heavy & set(sys.modules)), file=sys.stderr)
+"""
+COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); "" is --help
+    ("train.py", ["--help"], ""),
+    ("train.py", ["--bogus_flag"], "unrecognized arguments: --bogus_flag"),
+    ("train.py", ["--bptt", "0"], "--bptt must be a positive integer, got 0"),
+    ("train.py", ["--optimizer", "adam"], "argument --optimizer: invalid choice"),
+    ("train.py", ["--config", "bad.json"], "--config bad.json: bptt must be an integer, got 3.5"),
+    ("train.py", ["--config", "model.json", "--clip", "-1"], "--clip must be >= 0"),  # a model entry, checked last
+    ("train.py", ["--resume_from_checkpoint", "no_such_step"], "no such checkpoint folder"),
+    ("evaluate.py", ["--help"], ""),
+    ("evaluate.py", ["model", "--cache_window", "0"], "--cache_window must be >= 1, got 0"),
+    ("evaluate.py", ["model", "--dynamic", "--dynamic_segment", "0"], "--dynamic_segment must be >= 1, got 0"),
+    ("evaluate.py", ["model", "--dynamic_grid"], "--dynamic_grid needs --dynamic"),
+    ("evaluate.py", ["no_model"], "no such model folder"),
+    ("generate.py", ["--help"], ""),
+    ("generate.py", ["model", "--top_p", "1.5"], "--top_p must be in (0, 1]"),
+    ("generate.py", ["no_model"], "no such model folder"),
+    ("export_onnx.py", ["--help"], ""),
+    ("export_onnx.py", ["model", "out", "--check_steps", "0"], "--check_steps must be >= 1"),
+    ("try_pretrained.py", ["--help"], ""),
+    ("try_pretrained.py", ["--num_samples", "0"], "--num_samples must be a positive integer"),
+    ("export_pretrained.py", ["--help"], ""),
+    ("export_pretrained.py", ["no_run", "out", "--dataset", "wt2"], "not a model folder"),
+    ("onnx_generate.py", ["--help"], ""),
+    ("lm_eval_wikitext.py", ["--help"], ""),
+    ("quality_runs.py", ["--help"], ""),
+    ("recipe_study.py", ["--help"], ""),
+]
+
+
+@pytest.mark.parametrize(
+    "script, args, message", COMMAND_LINE_MISTAKES, ids=[f"{s} {' '.join(a)}" for s, a, _ in COMMAND_LINE_MISTAKES]
+)
+def test_scripts_check_their_command_line_before_importing_torch(script, args, message, tmp_path):
+    """--help and a mistaken command line or config file answer at once (exit 0 with the help, exit 2 with one error
+    line): torch, transformers and accelerate take 8-40 s to import, so a script imports them only once its command
+    line has passed its checks."""
+    (tmp_path / "bad.json").write_text('{"bptt": 3.5, "model": {"hidden_size": 8}}')
+    (tmp_path / "model.json").write_text('{"model": {"hidden_size": 8}}')
+    cmd = [sys.executable, "-c", IMPORTS_OF, str(ROOT / "examples" / script), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    *errors, heavy = done.stderr.strip().splitlines()
+    assert heavy == "heavy imports: []", done.stderr[-3000:]
+    if message:
+        assert_one_error_line(Done(done.returncode, "\n".join(errors)), message)
+    else:
+        assert done.returncode == 0 and done.stdout.startswith("usage: ") and not errors, done.stderr[-3000:]
+
+
+def test_train_names_the_tokenizers_text_rules():
+    """train.py names the text rules (--text_rules's choices) itself, so that --help and a mistaken flag need not
+    import the tokenizer: the same rules as tokenization.TEXT_RULES."""
+    from modeling_pointer_sentinel.tokenization import TEXT_RULES
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train
+
+    assert train.TEXT_RULES == TEXT_RULES
