@@ -1084,6 +1084,34 @@ MUTS += [
         "    return name",
         ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
     ),
+    (
+        "fast decode loop: the token masks never recomputed past min length",
+        M,
+        "            self.valid_below = min([u for u in untils if u > n], default=math.inf)",
+        "            self.valid_below = math.inf",
+        [FD],
+    ),
+    (
+        "fast decode loop: finished rows of a batch of 2 not padded",
+        M,
+        "            if has_eos and B > 1:",
+        "            if has_eos and B > 2:",
+        [FD],
+    ),
+    (
+        "fast decode loop: each token written over the one before",
+        M,
+        "            buffer[:, n] = tokens",
+        "            buffer[:, n - 1] = tokens",
+        [FD],
+    ),
+    (
+        "fast decode loop: a single eos id compared the wrong way",
+        M,
+        "            return input_ids[:, -1] == eos[0]",
+        "            return input_ids[:, -1] != eos[0]",
+        [FD],
+    ),
     # the scripts check their command line before they import torch ("args first" picks these)
     *(
         (

@@ -67,6 +67,28 @@ def test_suppressed_and_early_eos_tokens_get_no_mass():
         assert torch.isinf(s[:, 3]).all() == (i < 9)
 
 
+def test_min_length_and_min_new_tokens_lift_eos_masks_at_their_own_lengths():
+    m = model("sentinel")
+    # a 7-token prompt; transformers drops min_length when min_new_tokens is given
+    for kw, masked in [(dict(min_length=11), 4), (dict(min_length=11, min_new_tokens=6), 6),
+                       (dict(min_length=13, suppress_tokens=[5]), 6)]:  # fmt: skip
+        out = run(m, "fast", eos_token_id=3, **kw)
+        assert_same(out, run(m, "forward", eos_token_id=3, **kw))
+        assert [bool(torch.isinf(s[:, 3]).all()) for s in out.scores] == [i < masked for i in range(len(out.scores))]
+        assert all(torch.isinf(s[:, kw.get("suppress_tokens", [])]).all() for s in out.scores)
+
+
+def test_a_single_row_stops_at_eos():
+    m = model("sentinel")
+    free = run(m, "forward", ids=BATCH[:1], mask=None).sequences
+    eos = int(free[0, 9])
+    n = free[0, 7:].tolist().index(eos) + 8  # the prompt, then the new tokens up to the first eos
+    one = dict(ids=BATCH[:1], mask=None, eos_token_id=eos)
+    fast, slow = run(m, "fast", **one), run(m, "forward", **one)
+    assert_same(fast, slow)
+    assert torch.equal(fast.sequences, free[:, :n])
+
+
 def test_eos_rows_continue_with_padding_and_generation_stops():
     m = model("sentinel")
     free = run(m, "forward").sequences

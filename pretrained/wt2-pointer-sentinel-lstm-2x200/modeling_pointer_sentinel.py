@@ -928,7 +928,11 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         keep = generation_config.return_dict_in_generate
         scores = () if keep and generation_config.output_scores else None
         raw_logits = () if keep and generation_config.output_logits else None
-        unfinished = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        B, n = input_ids.shape
+        unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
+        # The sequences grow in place in one buffer (a cat per token copies them all); processors see views.
+        buffer = input_ids.new_empty(B, max(generation_config.max_length, n + 1))  # max length stops it there
+        buffer[:, :n] = input_ids
         steps = 0
         while True:
             next_scores = processors(input_ids, step_scores)
@@ -940,9 +944,11 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 tokens = torch.multinomial(F.softmax(next_scores, -1), num_samples=1).squeeze(1)
             else:
                 tokens = torch.argmax(next_scores, -1)
-            if has_eos:  # finished rows continue with padding
+            if has_eos and B > 1:  # finished rows continue with padding (a single row stops when it finishes)
                 tokens = torch.where(unfinished, tokens, pad)
-            input_ids = torch.cat([input_ids, tokens[:, None]], -1)
+            buffer[:, n] = tokens
+            n += 1
+            input_ids = buffer[:, :n]
             unfinished &= ~stop(input_ids, scores)
             if streamer is not None:
                 streamer.put(tokens.cpu())
@@ -955,6 +961,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         write_back(state, cache, steps)
         if streamer is not None:
             streamer.end()
+        input_ids = input_ids.contiguous()
         if keep:
             return GenerateDecoderOnlyOutput(sequences=input_ids, scores=scores, logits=raw_logits,
                                              past_key_values=cache)  # fmt: skip
@@ -1168,22 +1175,26 @@ def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
 
 
 class _TokenMask(LogitsProcessor):
-    """-inf on fixed sets of tokens, each while its `active(length)`: transformers' SuppressTokens, MinLength and
-    MinNewTokensLength processors (next to each other in a list) as one index_fill. Theirs each build a (V,) mask
-    with arange + isin and apply it with where at every call: passes over V that at V = 10k on one CPU thread cost
-    as much as the decode step's own pointwise work."""
+    """-inf on fixed sets of tokens, each while the sequence is shorter than its `until` length: transformers'
+    SuppressTokens, MinLength and MinNewTokensLength processors (next to each other in a list) as one index_fill.
+    Theirs each build a (V,) mask with arange + isin and apply it with where at every call: passes over V that at
+    V = 10k on one CPU thread cost as much as the decode step's own pointwise work. The ids to mask change only
+    where a length passes an `until`, so they are found again only there."""
 
-    def __init__(self, tokens: torch.Tensor, active):
-        self.parts, self.ids = [(tokens, active)], {}
+    def __init__(self, tokens: torch.Tensor, until: float):
+        self.parts, self.ids = [(tokens.reshape(-1), until)], None
+        self.valid_from, self.valid_below = math.inf, -math.inf  # the lengths the ids hold for: none yet
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        on = tuple(i for i, (_, active) in enumerate(self.parts) if active(input_ids.shape[-1]))
-        if not on:
-            return scores
-        if on not in self.ids:  # theirs ignores ids outside the vocabulary
-            ids = torch.cat([self.parts[i][0].reshape(-1) for i in on]).to(scores.device).unique()
-            self.ids[on] = ids[(ids >= 0) & (ids < scores.shape[-1])]
-        return scores.index_fill(-1, self.ids[on], -torch.inf)
+        n = input_ids.shape[-1]
+        if not self.valid_from <= n < self.valid_below:
+            ids = torch.cat([t for t, until in self.parts if n < until] or [self.parts[0][0][:0]])
+            ids = ids.to(scores.device).unique()
+            self.ids = ids[(ids >= 0) & (ids < scores.shape[-1])]  # theirs ignores ids outside the vocabulary
+            untils = [u for _, u in self.parts]
+            self.valid_from = max([u for u in untils if u <= n], default=-math.inf)
+            self.valid_below = min([u for u in untils if u > n], default=math.inf)
+        return scores if self.ids.numel() == 0 else scores.index_fill(-1, self.ids, -torch.inf)
 
 
 def _mask_once(processors):
@@ -1193,11 +1204,11 @@ def _mask_once(processors):
     out = []
     for p in processors:
         if type(p) is SuppressTokensLogitsProcessor:
-            p = _TokenMask(p.suppress_tokens, lambda n: True)
+            p = _TokenMask(p.suppress_tokens, math.inf)
         elif type(p) is MinLengthLogitsProcessor:
-            p = _TokenMask(p.eos_token_id, lambda n, p=p: n < p.min_length)
+            p = _TokenMask(p.eos_token_id, p.min_length)
         elif type(p) is MinNewTokensLengthLogitsProcessor:
-            p = _TokenMask(p.eos_token_id, lambda n, p=p: n - p.prompt_length_to_skip < p.min_new_tokens)
+            p = _TokenMask(p.eos_token_id, p.prompt_length_to_skip + p.min_new_tokens)
         if isinstance(p, _TokenMask) and out and isinstance(out[-1], _TokenMask):
             out[-1].parts += p.parts
         else:
@@ -1229,6 +1240,8 @@ def _stop_once(criteria):
             return torch.ones(B, dtype=torch.bool, device=input_ids.device)
         if eos is None:
             return torch.zeros(B, dtype=torch.bool, device=input_ids.device)
+        if eos.numel() == 1:  # half the time of isin at batch 1
+            return input_ids[:, -1] == eos[0]
         return torch.isin(input_ids[:, -1], eos.to(input_ids.device))
 
     return call
