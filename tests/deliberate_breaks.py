@@ -1,10 +1,11 @@
 """Deliberate breaks: each entry changes one behaviour of the package in a scratch copy of the committed HEAD, then runs
 the tests that guard it (the model tests unless the entry names its own); every break must make at least one of them fail. Run after changing a test or the behaviour it guards:
 
-    python tests/deliberate_breaks.py            # about 6 minutes on 2 CPU cores; one JSON line per break
+    python tests/deliberate_breaks.py            # every break, one JSON line each (each runs its guarding tests)
     python tests/deliberate_breaks.py cache gate # only the breaks whose name contains one of these words
 
-The guarding tests run unbroken once first (the script stops if any fails). A break of the package's model or config
+with the Python that has the dev extra installed (.venv/bin/python). The guarding tests run unbroken once first (the
+script stops if any fails, or if pytest could not run them at all). A break of the package's model or config
 code is made in the shipped copies under pretrained/ too. Exits 1 if any break passes the suite. Not collected by pytest (it runs the suite itself).
 """
 
