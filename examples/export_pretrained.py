@@ -103,11 +103,19 @@ def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: in
     return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
 
 
-def load_recipe(path: str | None, dataset: str) -> dict:
+def load_recipe(path: str | None, dataset: str, run_dir: Path) -> dict:
+    """The training recipe for the card: a run's --config file, or from results/converged/results.json the block of
+    the run being exported (quality_runs.py names its run folders BLOCK_plain / BLOCK_pointer: ptb_sgd_pointer is
+    the ptb_sgd block), else the dataset's block."""
     if not path:
         return {}
     recipe = json.loads(Path(path).read_text())
-    recipe = recipe.get("runs", {}).get(dataset, recipe)  # results/converged/results.json: this dataset's run
+    if "runs" in recipe:
+        names = [run_dir.name.rsplit("_", 1)[0], dataset]
+        block = next((n for n in names if n in recipe["runs"]), None)
+        if block is None:
+            fail(f"--recipe {path} has no run {' or '.join(map(repr, names))}: it has {sorted(recipe['runs'])}")
+        recipe = recipe["runs"][block]
     if "training" in recipe:
         return {k: recipe[k] for k in ("model", "training", "command", "revision") if k in recipe}
     return {"model": recipe.get("model", {}), "training": {k: v for k, v in recipe.items() if k != "model"}}
@@ -162,7 +170,7 @@ def main(argv=None):
     test_file = display_path(args.test_file) if args.test_file else f"{bundled}/wiki.test.tokens.xz"
     valid_file = display_path(args.validation_file) if args.validation_file else f"{bundled}/wiki.valid.tokens.xz"
     data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
-    recipe = load_recipe(args.recipe, args.dataset)
+    recipe = load_recipe(args.recipe, args.dataset, run_dir)
     train_results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
     record = {
         "model": name,

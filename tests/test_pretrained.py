@@ -238,9 +238,26 @@ def test_export_takes_the_recipe_of_its_dataset_from_the_converged_results():
 
     path = ROOT / "results" / "converged" / "results.json"
     run = json.loads(path.read_text())["runs"]["ptb"]
-    recipe = load_recipe(str(path), "ptb")
+    recipe = load_recipe(str(path), "ptb", path.parent / "ptb_pointer")
     assert recipe["model"] == run["model"] and recipe["training"] == run["training"]
     assert recipe["command"] == run["command"] and recipe["revision"] == run["revision"]
+
+
+def test_export_takes_the_recipe_of_the_run_it_exports(tmp_path):
+    """quality_runs.py's run folders are named after their block: ptb_sgd_pointer takes the ptb_sgd recipe, and a
+    folder named otherwise its dataset's; a results.json without either stops with one error line."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from export_pretrained import load_recipe
+
+    runs = {"ptb": {"model": {}, "training": {"optimizer": "adamw"}, "command": "a"},
+            "ptb_sgd": {"model": {}, "training": {"optimizer": "ntasgd"}, "command": "b"}}  # fmt: skip
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"runs": runs}))
+    optimizer = lambda run: load_recipe(str(path), "ptb", tmp_path / run)["training"]["optimizer"]  # noqa: E731
+    assert optimizer("ptb_sgd_pointer") == "ntasgd" and optimizer("ptb_sgd_plain") == "ntasgd"
+    assert optimizer("ptb_pointer") == "adamw" and optimizer("my_run") == "adamw"
+    with pytest.raises(SystemExit):
+        load_recipe(str(path), "wt2", tmp_path / "wt2_pointer")
 
 
 def test_pretrained_is_not_installed_as_package_data():
