@@ -161,8 +161,8 @@ def _fused_lstm(x, h0, c0, weights, training):
     """torch.lstm over the whole chunk; under autocast, outside it in the dtype `_lstm_dtype` picks."""
     if torch.is_autocast_enabled(x.device.type):
         dtype = _lstm_dtype(x.device.type, weights[0].dtype)
-        with torch.autocast(x.device.type, enabled=False):
-            return _fused_lstm(x.to(dtype), h0.to(dtype), c0.to(dtype), [w.to(dtype) for w in weights], training)
+        with torch.autocast(x.device.type, enabled=False):  # the weights are in that dtype already (`_one_chunk`)
+            return _fused_lstm(x.to(dtype), h0.to(dtype), c0.to(dtype), weights, training)
     out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, training, False, True)
     return out, h[0], c[0]
 
@@ -181,7 +181,7 @@ def _one_chunk(weights: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tenso
     call (weight drop and autocast both make new tensors). One cat in the compute dtype gives it that buffer."""
     if not x.is_cuda:
         return weights
-    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else weights[0].dtype
+    dtype = _lstm_dtype("cuda", weights[0].dtype) if torch.is_autocast_enabled("cuda") else weights[0].dtype
     flat = torch.cat([w.reshape(-1) for w in weights]).to(dtype)
     return [t.view_as(w) for t, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
 
