@@ -16,9 +16,11 @@ PY=${PY:-python3}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch, transformers, accelerate, datasets; print(torch.__version__, transformers.__version__, accelerate.__version__, datasets.__version__)"; } 2>&1 | tee "$OUT/env.txt"
 
+if [ "${CHECKS:-1}" = 1 ]; then
 timeout 120 $PY benchmarks/cuda_checks.py >"$OUT/cuda_checks.md" 2>"$OUT/cuda_checks.err"; echo "cuda_checks rc=$?"
 timeout 180 $PY benchmarks/run.py --device cuda --dtype bfloat16 --write "$OUT/results_cuda_bf16.md" >"$OUT/bench.log" 2>&1
 echo "bench rc=$?"
+fi
 
 # 2x650 tied, the paper's window and dropout 0.5 (no zoneout), GluonNLP's SGD 20 + NT-ASGD, bf16 autocast; four runs
 # side by side on the one GPU for the same wall-clock budget each.
@@ -38,6 +40,23 @@ EOF
       --mixed_precision bf16 --max_train_minutes "$MINUTES" ${EXTRA:-} >/tmp/runs/${ds}_$kind.log 2>&1 &
   done
 done
+# SMALL=1: also the shipped 2x200 WikiText-2 shape with quality_runs.py's SGD recipe, in fp32, as a learning curve
+# for the CPU convergence (no checkpoints: they would not fit the files that come back).
+if [ "${SMALL:-0}" = 1 ]; then
+  files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), 'wt2')))")
+  for kind in pointer plain; do
+    $PY - "$kind" >/tmp/runs/wt2_small_$kind.json <<'EOF2'
+import json, sys
+sys.path.insert(0, "examples")
+from quality_runs import DATASET_MODEL, MODEL, RECIPES
+training = {k: v for k, v in RECIPES["sgd"].items() if not k.startswith("checkpoint")}
+model = {**MODEL, **DATASET_MODEL["wt2"], "use_pointer": sys.argv[1] == "pointer"}
+print(json.dumps({"model": model, **training}))
+EOF2
+    $PY examples/train.py --config /tmp/runs/wt2_small_$kind.json $files --output_dir /tmp/runs/wt2_small_$kind \
+      --max_train_minutes "$MINUTES" >/tmp/runs/wt2_small_$kind.log 2>&1 &
+  done
+fi
 wait
 tar czf "$OUT/runs.tar.gz" -C /tmp/runs --exclude='*.safetensors' --exclude='step_*' .
 for r in /tmp/runs/*.log; do echo "== $r"; tr '\r' '\n' <"$r" | grep -E "valid ppl|test|Error|error" | tail -n 6; done
