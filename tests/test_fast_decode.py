@@ -87,6 +87,9 @@ def test_a_single_row_stops_at_eos():
     fast, slow = run(m, "fast", **one), run(m, "forward", **one)
     assert_same(fast, slow)
     assert torch.equal(fast.sequences, free[:, :n])
+    absent = next(t for t in range(m.config.vocab_size) if t not in free[0].tolist())
+    either = run(m, "fast", ids=BATCH[:1], mask=None, eos_token_id=[absent, eos])  # any of several ids stops it
+    assert torch.equal(either.sequences, free[:, :n])
 
 
 def test_eos_rows_continue_with_padding_and_generation_stops():

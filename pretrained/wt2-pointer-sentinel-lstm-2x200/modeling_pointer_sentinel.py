@@ -924,12 +924,13 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
         del outputs
 
         pad = generation_config._pad_token_tensor
-        has_eos, stop = any(hasattr(c, "eos_token_id") for c in stopping_criteria), _stop_once(stopping_criteria)
+        has_eos, stop = any(hasattr(c, "eos_token_id") for c in stopping_criteria), _Stop(stopping_criteria)
         keep = generation_config.return_dict_in_generate
         scores = () if keep and generation_config.output_scores else None
         raw_logits = () if keep and generation_config.output_logits else None
         B, n = input_ids.shape
         unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
+        one_row = B == 1 and stop.usual  # a single row's stop is a Python test on its token
         # The sequences grow in place in one buffer (a cat per token copies them all); processors see views.
         buffer = input_ids.new_empty(B, max(generation_config.max_length, n + 1))  # max length stops it there
         buffer[:, :n] = input_ids
@@ -946,13 +947,17 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
                 tokens = torch.argmax(next_scores, -1)
             if has_eos and B > 1:  # finished rows continue with padding (a single row stops when it finishes)
                 tokens = torch.where(unfinished, tokens, pad)
-            buffer[:, n] = tokens
+            buffer.select(1, n).copy_(tokens)
             n += 1
-            input_ids = buffer[:, :n]
-            unfinished &= ~stop(input_ids, scores)
+            input_ids = buffer.narrow(1, 0, n)
+            if one_row:  # reads the token to the host once, as any() below would
+                done = stop.one(n, tokens.item())
+            else:
+                unfinished &= ~stop(input_ids, scores)
+                done = not unfinished.any()
             if streamer is not None:
                 streamer.put(tokens.cpu())
-            if not unfinished.any():
+            if done:
                 break
             log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
             steps += 1
@@ -1222,29 +1227,37 @@ def _mask_once(processors):
     return call
 
 
-def _stop_once(criteria):
+class _Stop:
     """The stopping criteria as one callable: generate's usual pair, max length and EOS ids, as an int comparison and
     one isin (transformers' list allocates and ORs a flag tensor per criterion at every step); any other list as
-    given."""
-    if not all(type(c) in (MaxLengthCriteria, EosTokenCriteria) for c in criteria) or any(
-        getattr(c, "max_position_embeddings", None) is not None for c in criteria
-    ):
-        return criteria
-    max_length = min((c.max_length for c in criteria if type(c) is MaxLengthCriteria), default=None)
-    eos = [c.eos_token_id.reshape(-1) for c in criteria if type(c) is EosTokenCriteria]
-    eos = torch.cat(eos) if eos else None
+    given. For the usual pair `one(length, token)` is the same test on a single row's token read to the host."""
 
-    def call(input_ids, scores):
+    def __init__(self, criteria):
+        self.criteria = criteria
+        self.usual = all(type(c) in (MaxLengthCriteria, EosTokenCriteria) for c in criteria) and not any(
+            getattr(c, "max_position_embeddings", None) is not None for c in criteria
+        )
+        if not self.usual:
+            return
+        self.max_length = min((c.max_length for c in criteria if type(c) is MaxLengthCriteria), default=math.inf)
+        eos = [c.eos_token_id.reshape(-1) for c in criteria if type(c) is EosTokenCriteria]
+        self.eos = torch.cat(eos) if eos else None
+        self.eos_ids = frozenset(self.eos.tolist()) if eos else frozenset()
+
+    def one(self, n: int, token: int) -> bool:
+        return n >= self.max_length or token in self.eos_ids
+
+    def __call__(self, input_ids, scores):
+        if not self.usual:
+            return self.criteria(input_ids, scores)
         B, n = input_ids.shape
-        if max_length is not None and n >= max_length:
+        if n >= self.max_length:
             return torch.ones(B, dtype=torch.bool, device=input_ids.device)
-        if eos is None:
+        if self.eos is None:
             return torch.zeros(B, dtype=torch.bool, device=input_ids.device)
-        if eos.numel() == 1:  # half the time of isin at batch 1
-            return input_ids[:, -1] == eos[0]
-        return torch.isin(input_ids[:, -1], eos.to(input_ids.device))
-
-    return call
+        if self.eos.numel() == 1:  # half the time of isin at batch 1
+            return input_ids[:, -1] == self.eos[0]
+        return torch.isin(input_ids[:, -1], self.eos.to(input_ids.device))
 
 
 class PointerStash:
