@@ -1142,6 +1142,13 @@ MUTS += [
         [f"{FD}::test_eos_rows_continue_with_padding_and_generation_stops"],
     ),
     (
+        "fast decode loop: the in-place mask reaches the logits kept for output_logits",
+        M,
+        "            step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits",
+        "            step_scores = log_p.float() if mix else logits",
+        [f"{FD}::test_fast_generate_equals_forward_generate"],
+    ),
+    (
         "export recipe: the run folder's own block ignored",
         EXPORT,
         '        names = [run_dir.name.rsplit("_", 1)[0], dataset]',

@@ -24,6 +24,7 @@ DECODING = {
         do_sample=False, repetition_penalty=1.7, suppress_tokens=[4, 7, 99], min_new_tokens=9
     ),  # fmt: skip
     "no_pointer_mix": dict(do_sample=False, pointer_mix=False),
+    "suppress_unmixed": dict(do_sample=False, suppress_tokens=[4], pointer_mix=False),  # masks the raw scores
 }
 
 

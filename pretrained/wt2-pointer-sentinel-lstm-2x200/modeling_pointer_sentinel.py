@@ -962,7 +962,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, GenerationMixin
             log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
             steps += 1
             logits = vocab.float()
-            processors, step_scores = later, log_p.float() if mix else logits
+            # later masks in place, so it gets scores of its own, never the logits kept for output_logits
+            step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits
+            processors = later
         write_back(state, cache, steps)
         if streamer is not None:
             streamer.end()
@@ -1184,7 +1186,8 @@ class _TokenMask(LogitsProcessor):
     SuppressTokens, MinLength and MinNewTokensLength processors (next to each other in a list) as one index_fill.
     Theirs each build a (V,) mask with arange + isin and apply it with where at every call: passes over V that at
     V = 10k on one CPU thread cost as much as the decode step's own pointwise work. The ids to mask change only
-    where a length passes an `until`, so they are found again only there."""
+    where a length passes an `until`, so they are found again only there. It masks in place: the decode loop hands
+    it scores that nothing else holds."""
 
     def __init__(self, tokens: torch.Tensor, until: float):
         self.parts, self.ids = [(tokens.reshape(-1), until)], None
@@ -1199,7 +1202,7 @@ class _TokenMask(LogitsProcessor):
             untils = [u for _, u in self.parts]
             self.valid_from = max([u for u in untils if u <= n], default=-math.inf)
             self.valid_below = min([u for u in untils if u > n], default=math.inf)
-        return scores if self.ids.numel() == 0 else scores.index_fill(-1, self.ids, -torch.inf)
+        return scores if self.ids.numel() == 0 else scores.index_fill_(-1, self.ids, -torch.inf)
 
 
 def _mask_once(processors):
