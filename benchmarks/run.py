@@ -496,8 +496,12 @@ def decode_paths(model, name: str, reps: int, quick: bool) -> str:
             for k, ts in times.items():
                 t = statistics.median(ts)
                 lines.append(f"| {k} | {t * 1e3:.3f} | {B / t:,.0f} | {t / floor:.1f} | {before / t:.2f} |")
-            lines.append("")
-            print("\n".join(lines[-len(times) - 5 :]), flush=True)
+            # issue 30's "generate / the model's own step loop <= 1.1", from the rounds' own pairs
+            own = paired_summary(times["generate, fast decode step"], times["the model's decode step + argmax loop"])
+            lines += ["", f"generate fast / the step loop, paired rounds: median {own['ratio']:.3f} (quartiles "
+                      f"{own['q1']:.3f}–{own['q3']:.3f}, range {own['min']:.3f}–{own['max']:.3f}), ≤ 1.1: "
+                      f"{verdict(own, ('<=', 1.1))}.", ""]  # fmt: skip
+            print("\n".join(lines[-len(times) - 7 :]), flush=True)
     lines.append(f"Tokens of generate fast == generate before, every configuration: {all(identical)}. Compiling the "
                  "step took " + ", ".join(f"{s:.0f} s at batch {b}" for b, s in compile_seconds.items()) +
                  " (once per model and batch size, not in the timings).")  # fmt: skip
