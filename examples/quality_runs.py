@@ -67,14 +67,19 @@ DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_grid_s
            "--dynamic_grid_tokens", "10000", "--cache_grid"]  # fmt: skip
 
 
-def data_flags(data: Path | None, name: str) -> list[str]:
+def data_flags(data: Path | None, name: str, test: bool = True) -> list[str]:
+    """train.py's data flags for dataset `name`: the Hub's copy, or the files in `data`; test=False leaves the test
+    split out (the Hub's datasets come whole, so that needs `data`)."""
     if data is None:
+        if not test:
+            raise ValueError("leaving the test split out needs a data folder: the Hub datasets come with theirs")
         return HUB[name]
     if name == "ptb":
         f = {s: data / "ptb" / f"ptb.{s}.txt" for s in ("train", "valid", "test")}
     else:
         f = {s: data / "wikitext-2" / f"wiki.{s}.tokens" for s in ("train", "valid", "test")}
-    return ["--train_file", str(f["train"]), "--validation_file", str(f["valid"]), "--test_file", str(f["test"])]
+    flags = ["--train_file", str(f["train"]), "--validation_file", str(f["valid"])]
+    return flags + ["--test_file", str(f["test"])] if test else flags
 
 
 def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str], tag: str = "") -> dict:

@@ -73,8 +73,8 @@ def command(name: str, data: str, out: Path, minutes: float) -> list[str]:
     cfg.write_text(json.dumps({"model": {**MODEL, **DATASET_MODEL[dataset], "use_pointer": use_pointer, **model},
                                **BASE, **training}, indent=2))  # fmt: skip
     return [sys.executable, str(ROOT / "examples" / "train.py"), "--config", str(cfg),
-            *data_flags(Path(data), dataset), "--output_dir", str(out / name), "--num_threads", "1", "--clock", "cpu",
-            "--max_train_minutes", f"{minutes:g}", "--resume_from_checkpoint", "latest"]  # fmt: skip
+            *data_flags(Path(data), dataset, test=False), "--output_dir", str(out / name), "--num_threads", "1",
+            "--clock", "cpu", "--max_train_minutes", f"{minutes:g}", "--resume_from_checkpoint", "latest"]  # fmt: skip
 
 
 def run_all(names: list[str], data: str, out: Path, minutes: float, parallel: int):

@@ -1149,6 +1149,20 @@ MUTS += [
         [f"{FD}::test_fast_generate_equals_forward_generate"],
     ),
     (
+        "recipe study: its runs read the test split",
+        "examples/recipe_study.py",
+        "*data_flags(Path(data), dataset, test=False),",
+        "*data_flags(Path(data), dataset),",
+        ["tests/test_quality_runs.py::test_the_recipe_study_never_reads_the_test_split"],
+    ),
+    (
+        "data flags: test=False keeps the test file",
+        "examples/quality_runs.py",
+        '    return flags + ["--test_file", str(f["test"])] if test else flags',
+        '    return flags + ["--test_file", str(f["test"])]',
+        ["tests/test_quality_runs.py::test_the_recipe_study_never_reads_the_test_split"],
+    ),
+    (
         "export recipe: the run folder's own block ignored",
         EXPORT,
         '        names = [run_dir.name.rsplit("_", 1)[0], dataset]',

@@ -6,6 +6,7 @@ import math
 import random
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, evaluate_script
@@ -101,3 +102,13 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
         assert argv[0] == str(out / f"ptb_{kind}")
         again = evaluate_script()(argv)
         assert math.isclose(again["ppl_dynamic"], row["test_ppl"], rel_tol=1e-6)
+
+
+def test_the_recipe_study_never_reads_the_test_split(tmp_path):
+    """The study chooses on validation: its runs get train and validation files and no test file."""
+    import recipe_study
+
+    for name in recipe_study.CANDIDATES:
+        cmd = recipe_study.command(name, str(tmp_path), tmp_path, 1.0)
+        assert "--validation_file" in cmd and "--test_file" not in cmd
+        assert not any("test" in Path(c).name for c in cmd if c.startswith(str(tmp_path)))
