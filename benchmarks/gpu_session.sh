@@ -24,7 +24,7 @@ fi
 
 # 2x650 tied, the paper's window and dropout 0.5 (no zoneout), GluonNLP's SGD 20 + NT-ASGD, bf16 autocast; four runs
 # side by side on the one GPU for the same wall-clock budget each.
-for ds in ptb wt2; do
+for ds in $([ "${BIG:-1}" = 1 ] && echo ptb wt2); do
   for kind in pointer plain; do
     ptr=$([ $kind = pointer ] && echo true || echo false)
     cut=$([ $ds = wt2 ] && echo ', "adaptive_softmax_cutoffs": [2000, 10000]' || echo '')
@@ -57,6 +57,24 @@ EOF2
       --max_train_minutes "$MINUTES" >/tmp/runs/wt2_small_$kind.log 2>&1 &
   done
 fi
+# STUDY="NAME ...": recipe_study.py's candidates, on validation only, for EPOCHS epochs each (or MINUTES), in fp32:
+# a per-epoch ranking of recipes, not the study's equal CPU budget.
+for name in ${STUDY:-}; do
+  $PY - "$name" "${EPOCHS:-4}" >/tmp/runs/$name.json <<'EOF3'
+import json, sys
+sys.path.insert(0, "examples")
+from recipe_study import BASE, CANDIDATES
+from quality_runs import DATASET_MODEL, MODEL
+dataset, use_pointer, model, training, _ = CANDIDATES[sys.argv[1]]
+cfg = {**BASE, **training, "num_train_epochs": int(sys.argv[2])}
+cfg = {k: v for k, v in cfg.items() if not k.startswith("checkpoint")}
+print(json.dumps({"model": {**MODEL, **DATASET_MODEL[dataset], "use_pointer": use_pointer, **model}, **cfg}))
+EOF3
+  ds=$($PY -c "import sys; sys.path.insert(0, 'examples'); from recipe_study import CANDIDATES; print(CANDIDATES['$name'][0])")
+  files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), '$ds', test=False)))")
+  $PY examples/train.py --config /tmp/runs/$name.json $files --output_dir /tmp/runs/$name \
+    --max_train_minutes "$MINUTES" >/tmp/runs/$name.log 2>&1 &
+done
 wait
 tar czf "$OUT/runs.tar.gz" -C /tmp/runs --exclude='*.safetensors' --exclude='step_*' .
 for r in /tmp/runs/*.log; do echo "== $r"; tr '\r' '\n' <"$r" | grep -E "valid ppl|test|Error|error" | tail -n 6; done
