@@ -63,6 +63,13 @@ CANDIDATES = {
         {},
         "adaptive softmax [4000, 15000], div 4",
     ),  # fmt: skip
+    "wt2_plain_sgd_full_softmax": (
+        "wt2",
+        False,
+        {"adaptive_softmax_cutoffs": []},
+        SGD,
+        "GluonNLP's SGD + NT-ASGD, full softmax (the two leaders per epoch together)",
+    ),  # fmt: skip
 }
 
 
