@@ -101,6 +101,9 @@ def test_eos_rows_continue_with_padding_and_generation_stops():
     fast, slow = run(m, "fast", eos_token_id=eos), run(m, "forward", eos_token_id=eos)
     assert_same(fast, slow)
     assert (fast.sequences[0, 8:] == 0).all() and torch.equal(fast.sequences[1], free[1])  # padding after EOS
+    absent = next(t for t in range(m.config.vocab_size) if t not in free.tolist()[0] + free.tolist()[1])
+    either = run(m, "fast", eos_token_id=[absent, eos])  # any of several ids ends a row
+    assert torch.equal(either.sequences, fast.sequences)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
