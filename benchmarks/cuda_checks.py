@@ -8,6 +8,7 @@
 2. The fast decode step on CUDA gives generate's forward tokens (greedy, fp32 and under bf16 weights).
 3. A training step's targets/s, fp32 weights against bf16 autocast, side by side (the public call:
    model(ids, labels=ids), backward, SGD step) at 2x200 and 2x650.
+4. A train.py checkpoint saved on the GPU resumes on the CPU (--cpu), and one saved on the CPU resumes on the GPU.
 """
 
 import argparse
@@ -132,10 +133,31 @@ def decode_parity(model, dtype) -> str:
     )
 
 
+def cross_device_resume() -> str:
+    """examples/train.py: 4 updates on one device with a checkpoint every 2, then `--resume_from_checkpoint latest`
+    for 2 more on the other (the tiny config on the bundled WikiText-2 slice the tests use)."""
+    import subprocess
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    train = [sys.executable, str(root / "examples" / "train.py"), "--config", str(root / "examples" / "configs" /
+             "tiny_test.json"), "--checkpointing_steps", "2", "--resume_from_checkpoint", "latest"]  # fmt: skip
+    lines = []
+    for first, then in ((["--cpu"], []), ([], ["--cpu"])):
+        with tempfile.TemporaryDirectory() as out:
+            runs = [subprocess.run([*train, "--output_dir", out, "--max_train_steps", str(n), *flags],
+                                   capture_output=True, text=True) for n, flags in ((4, first), (6, then))]  # fmt: skip
+            where = lambda flags: "CPU" if flags else "GPU"  # noqa: E731
+            ok = all(r.returncode == 0 for r in runs) and "resuming from" in runs[1].stdout + runs[1].stderr
+            tail = "" if ok else ": " + " ".join((runs[1].stderr or runs[0].stderr).split())[-300:]
+            lines.append(f"- a checkpoint saved on the {where(first)} resumes on the {where(then)}: {ok}{tail}")
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--only", choices=["dtypes", "precision", "decode"], default=None)
+    ap.add_argument("--only", choices=["dtypes", "precision", "decode", "resume"], default=None)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU")
@@ -148,6 +170,8 @@ def main(argv=None):
             print(lstm_dtypes(model, ids, train), flush=True)
     if args.only in (None, "precision"):
         print(lstm_precision(model, ids), flush=True)
+    if args.only in (None, "resume"):
+        print(cross_device_resume(), flush=True)
     if args.only not in (None, "decode"):
         return
     for dtype in (torch.float32, torch.bfloat16):

@@ -511,7 +511,9 @@ def main(argv=None):
         accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
     if resume:
         accelerator.load_state(resume)
-        cache.load_state_dict(torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False))
+        # onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the other way round
+        stream = Path(resume) / f"stream_state_{rank}.pt"
+        cache.load_state_dict(torch.load(stream, weights_only=False, map_location=accelerator.device))
 
     if "validation" not in evals:
         accelerator.print(
