@@ -13,6 +13,11 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD TOKENIZERS_PARALLELISM=false
 tar xJf .gpu/ptb.tar.xz -C /tmp/data
 for s in train valid test; do xz -dc modeling_pointer_sentinel/data/wikitext-2/wiki.$s.tokens.xz >/tmp/data/wikitext-2/wiki.$s.tokens; done
 PY=${PY:-python3}
+# The files train.py reads for dataset $1 (ptb, wt2); $2 True or False: with the test split.
+flags() { $PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), '$1', test=$2)))"; }
+# A 2x200 run's config, without checkpoints (they would not fit the files that come back): $1 a Python expression
+# over quality_runs (q) and recipe_study (r).
+config() { $PY -c "import json, sys; sys.path.insert(0, 'examples'); import quality_runs as q, recipe_study as r; cfg = $1; print(json.dumps({k: v for k, v in cfg.items() if not k.startswith('checkpoint')}))"; }
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   $PY -c "import torch, transformers, accelerate, datasets; print(torch.__version__, transformers.__version__, accelerate.__version__, datasets.__version__)"; } 2>&1 | tee "$OUT/env.txt"
 
@@ -35,44 +40,25 @@ for ds in $([ "${BIG:-1}" = 1 ] && echo ptb wt2); do
  "optimizer": "ntasgd", "learning_rate": 20.0, "clip": 0.25, "num_train_epochs": 1000, "patience": 1000,
  "log_every": 200}
 EOF
-    files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), '$ds')))")
-    $PY examples/train.py --config /tmp/runs/${ds}_$kind.json $files --output_dir /tmp/runs/${ds}_$kind \
+    $PY examples/train.py --config /tmp/runs/${ds}_$kind.json $(flags $ds True) --output_dir /tmp/runs/${ds}_$kind \
       --mixed_precision bf16 --max_train_minutes "$MINUTES" ${EXTRA:-} >/tmp/runs/${ds}_$kind.log 2>&1 &
   done
 done
 # SMALL=1: also the shipped 2x200 WikiText-2 shape with quality_runs.py's SGD recipe, in fp32, as a learning curve
-# for the CPU convergence (no checkpoints: they would not fit the files that come back).
+# for the CPU convergence.
 if [ "${SMALL:-0}" = 1 ]; then
-  files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), 'wt2')))")
   for kind in pointer plain; do
-    $PY - "$kind" >/tmp/runs/wt2_small_$kind.json <<'EOF2'
-import json, sys
-sys.path.insert(0, "examples")
-from quality_runs import DATASET_MODEL, MODEL, RECIPES
-training = {k: v for k, v in RECIPES["sgd"].items() if not k.startswith("checkpoint")}
-model = {**MODEL, **DATASET_MODEL["wt2"], "use_pointer": sys.argv[1] == "pointer"}
-print(json.dumps({"model": model, **training}))
-EOF2
-    $PY examples/train.py --config /tmp/runs/wt2_small_$kind.json $files --output_dir /tmp/runs/wt2_small_$kind \
+    config "q.run_config('wt2', '$kind' == 'pointer', q.RECIPES['sgd'])" >/tmp/runs/wt2_small_$kind.json
+    $PY examples/train.py --config /tmp/runs/wt2_small_$kind.json $(flags wt2 True) --output_dir /tmp/runs/wt2_small_$kind \
       --max_train_minutes "$MINUTES" >/tmp/runs/wt2_small_$kind.log 2>&1 &
   done
 fi
 # STUDY="NAME ...": recipe_study.py's candidates, on validation only, for EPOCHS epochs each (or MINUTES), in fp32:
 # a per-epoch ranking of recipes, not the study's equal CPU budget.
 for name in ${STUDY:-}; do
-  $PY - "$name" "${EPOCHS:-4}" >/tmp/runs/$name.json <<'EOF3'
-import json, sys
-sys.path.insert(0, "examples")
-from recipe_study import BASE, CANDIDATES
-from quality_runs import DATASET_MODEL, MODEL
-dataset, use_pointer, model, training, _ = CANDIDATES[sys.argv[1]]
-cfg = {**BASE, **training, "num_train_epochs": int(sys.argv[2])}
-cfg = {k: v for k, v in cfg.items() if not k.startswith("checkpoint")}
-print(json.dumps({"model": {**MODEL, **DATASET_MODEL[dataset], "use_pointer": use_pointer, **model}, **cfg}))
-EOF3
+  config "{**r.config('$name'), 'num_train_epochs': ${EPOCHS:-4}}" >/tmp/runs/$name.json
   ds=$($PY -c "import sys; sys.path.insert(0, 'examples'); from recipe_study import CANDIDATES; print(CANDIDATES['$name'][0])")
-  files=$($PY -c "import sys; sys.path.insert(0, 'examples'); from quality_runs import data_flags; from pathlib import Path; print(' '.join(data_flags(Path('/tmp/data'), '$ds', test=False)))")
-  $PY examples/train.py --config /tmp/runs/$name.json $files --output_dir /tmp/runs/$name \
+  $PY examples/train.py --config /tmp/runs/$name.json $(flags $ds False) --output_dir /tmp/runs/$name \
     --max_train_minutes "$MINUTES" >/tmp/runs/$name.log 2>&1 &
 done
 wait

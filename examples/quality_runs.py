@@ -82,14 +82,19 @@ def data_flags(data: Path | None, name: str, test: bool = True) -> list[str]:
     return flags + ["--test_file", str(f["test"])] if test else flags
 
 
+def run_config(name: str, use_pointer: bool, training: dict, model: dict | None = None) -> dict:
+    """train.py's --config for one 2x200 run on dataset `name`: the shared shape, the dataset's softmax, the model's
+    kind and any `model` overrides, then the `training` settings."""
+    return {"model": {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer, **(model or {})}, **training}
+
+
 def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str], tag: str = "") -> dict:
     """Train the plain and the pointer model of dataset `name` at once (one thread each); a model whose results.json
     exists is kept. Files are named after `tag` (default: `name`)."""
     procs, runs, tag = [], {}, tag or name
     for kind, use_pointer in KINDS:
         cfg_path = out / f"{tag}_{kind}.json"
-        model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}
-        cfg_path.write_text(json.dumps({"model": model, **training}, indent=2))
+        cfg_path.write_text(json.dumps(run_config(name, use_pointer, training), indent=2))
         runs[kind] = run_dir = out / f"{tag}_{kind}"
         if (run_dir / "results.json").exists():
             continue

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quality_runs import CONVERGE, DATASET_MODEL, MODEL, ROOT, SGD, data_flags, git_revision  # noqa: E402
+from quality_runs import CONVERGE, ROOT, SGD, data_flags, git_revision, run_config  # noqa: E402
 
 # The converged runs' recipe, as a budget run: no early stop (the budget ends it), LR x0.25 at each plateau.
 BASE = {**CONVERGE, "patience": 1000, "checkpoints_total_limit": 1, "num_train_epochs": 1000}
@@ -80,12 +80,17 @@ CANDIDATES = {
 }
 
 
+def config(name: str) -> dict:
+    """The train.py --config of one candidate."""
+    dataset, use_pointer, model, training, _ = CANDIDATES[name]
+    return run_config(dataset, use_pointer, {**BASE, **training}, model)
+
+
 def command(name: str, data: str, out: Path, minutes: float) -> list[str]:
     """The train.py command of one candidate (its config file written beside its run folder)."""
-    dataset, use_pointer, model, training, _ = CANDIDATES[name]
+    dataset = CANDIDATES[name][0]
     cfg = out / f"{name}.json"
-    cfg.write_text(json.dumps({"model": {**MODEL, **DATASET_MODEL[dataset], "use_pointer": use_pointer, **model},
-                               **BASE, **training}, indent=2))  # fmt: skip
+    cfg.write_text(json.dumps(config(name), indent=2))
     return [sys.executable, str(ROOT / "examples" / "train.py"), "--config", str(cfg),
             *data_flags(Path(data), dataset, test=False), "--output_dir", str(out / name), "--num_threads", "1",
             "--clock", "cpu", "--max_train_minutes", f"{minutes:g}", "--resume_from_checkpoint", "latest"]  # fmt: skip

@@ -494,8 +494,8 @@ MUTS = [
     (
         "quality runs: dataset model settings not applied",
         "examples/quality_runs.py",
-        'model = {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer}',
-        'model = {**MODEL, "use_pointer": use_pointer}',
+        '{**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer, **(model or {})}',
+        '{**MODEL, "use_pointer": use_pointer, **(model or {})}',
         ["tests/test_quality_runs.py"],
     ),
     (
