@@ -94,7 +94,13 @@ def parse_args(argv=None):
     a("--weight_decay", type=float, default=0.0)
     a("--clip", type=float, default=1.0, help="global gradient-norm clip")
     a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation does not improve (sgd, adamw)")
-    a("--patience", type=int, default=3, help="stop after this many validations in a row without improvement")
+    a(
+        "--patience",
+        type=int,
+        default=3,
+        help="stop after this many validations in a row without improvement (ntasgd: "
+        "before its averaging starts, start it instead)",
+    )
     a("--min_improvement", type=float, default=0.0, help="smallest relative perplexity gain that counts (0.001: 0.1%%)")
     a("--nonmono", type=int, default=5, help="NT-ASGD trigger window")
     a("--alpha", type=float, default=0.0, help="AR: alpha * mean(h_t^2) on the dropped last-layer output")
@@ -629,8 +635,13 @@ def main(argv=None):
             state.bad_epochs += 1
             if args.optimizer != "ntasgd":
                 state.lr *= args.lr_decay
-        if args.optimizer == "ntasgd" and not averager.active and nt_asgd_triggered(state.val_losses, args.nonmono):
+        if (
+            args.optimizer == "ntasgd"
+            and not averager.active
+            and (nt_asgd_triggered(state.val_losses, args.nonmono) or state.bad_epochs >= args.patience)
+        ):  # a stall that outlasts the patience starts the average too, rather than ending a run that never averaged
             averager.start()
+            state.bad_epochs = 0  # the patience judges the average from here
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
         accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f} | lr {state.lr:g}")
         log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), "lr": state.lr})

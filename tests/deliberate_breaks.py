@@ -184,9 +184,23 @@ MUTS = [
     (
         "loop: sgd averages too",
         T,
-        'if args.optimizer == "ntasgd" and not averager.active and',
-        "if not averager.active and",
+        'args.optimizer == "ntasgd"\n            and not averager.active',
+        "True\n            and not averager.active",
         [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+    ),
+    (
+        "loop: ntasgd stall stops the run before averaging",
+        T,
+        " or state.bad_epochs >= args.patience)",
+        ")",
+        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+    ),
+    (
+        "loop: patience not reset when averaging starts",
+        T,
+        "            state.bad_epochs = 0  # the patience judges",
+        "            pass  # the patience judges",
+        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
     ),
     (
         "loop: no average update per step",

@@ -652,6 +652,24 @@ def test_ntasgd_evaluates_and_saves_the_running_average(
         assert epochs[0] != pytest.approx(epochs[1], rel=1e-6)
 
 
+def test_ntasgd_stall_starts_the_average_instead_of_stopping(small_corpus, tmp_path, monkeypatch, capsys):
+    """NT-ASGD whose non-monotone trigger never fires (scripted): a stall of --patience validations starts the average
+    rather than ending a run that never averaged, and the patience then judges the average from zero. Verdicts improve,
+    stall, stall (averaging starts after epoch 3), stall, stall (stop after epoch 5)."""
+    train = train_module()
+    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: False)
+    verdicts = iter([True, False, False, False, False, True])
+    monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+    out = tmp_path / "out"
+    results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "8",
+                                    "--patience", "2", "--log_every", "1000"))  # fmt: skip
+    printed = capsys.readouterr().out
+    epoch_steps = [r["step"] for r in log_rows(out) if "valid_ppl" in r]
+    assert results["epochs"] == 5 and len(epoch_steps) == 5
+    assert f"NT-ASGD: averaging from step {epoch_steps[2]}\n" in printed and printed.count("NT-ASGD: averaging") == 1
+    assert json.loads((out / "results.json").read_text())["stopped"].endswith("for 2 evaluations in a row")
+
+
 def test_plateau_rule_resets_on_improvement_and_decays_each_plateau(small_corpus, tmp_path, monkeypatch):
     """Validation verdicts scripted improve, plateau, improve, plateau, plateau with patience 2: the LR halves after
     each plateau, the count of plateaus in a row restarts at an improvement, and the second plateau in a row stops."""
