@@ -405,6 +405,7 @@ class TrainState:
         self.val_losses: list[float] = []
         self.best_val, self.bad_epochs, self.targets_seen = math.inf, 0, 0
         self.train_seconds = 0.0  # --clock time trained up to the last checkpoint, over every resumed run
+        self.clock = None  # the --clock that train_seconds counts, fixed at the run's start
         self.stopped = None  # why training ended, for results.json
 
     def state_dict(self):
@@ -520,6 +521,9 @@ def main(argv=None):
         # onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the other way round
         stream = Path(resume) / f"stream_state_{rank}.pt"
         cache.load_state_dict(torch.load(stream, weights_only=False, map_location=accelerator.device))
+    if state.clock not in (None, args.clock):  # one run's minutes are all wall or all CPU
+        fail(f"{resume} counted its training time with --clock {state.clock}: resume it with --clock {state.clock}")
+    state.clock = args.clock
 
     if "validation" not in evals:
         accelerator.print(
@@ -680,8 +684,8 @@ def main(argv=None):
     raw.save_pretrained(out_dir, is_main_process=accelerator.is_main_process)
     if accelerator.is_main_process:
         tokenizer.save_pretrained(out_dir)
-        summary = {**results, "steps": state.step, "params": n_params, "stopped": state.stopped,
-                   "unk_rate": unk_rates}  # fmt: skip
+        summary = {**results, "clock": args.clock, "steps": state.step, "params": n_params,
+                   "stopped": state.stopped, "unk_rate": unk_rates}  # fmt: skip
         (out_dir / "results.json").write_text(json.dumps(summary, allow_nan=False))  # strict JSON: no NaN/Infinity
     if args.sample_prompt is not None and accelerator.is_main_process:
         generator = pipeline("text-generation", model=str(out_dir), tokenizer=str(out_dir), dtype=torch.float32)

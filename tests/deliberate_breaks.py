@@ -203,6 +203,27 @@ MUTS = [
         [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
     ),
     (
+        "loop: a resume may switch the clock",
+        T,
+        "    if state.clock not in (None, args.clock):",
+        "    if False:",
+        [f"{TT}::test_time_budget_counts_every_resumed_run_and_the_cpu_clock"],
+    ),
+    (
+        "loop: the run's clock not kept in its checkpoints",
+        T,
+        "    state.clock = args.clock\n",
+        "\n",
+        [f"{TT}::test_time_budget_counts_every_resumed_run_and_the_cpu_clock"],
+    ),
+    (
+        "quality runs: --clock not passed to the runs",
+        "examples/quality_runs.py",
+        '["--resume_from_checkpoint", "latest", "--clock", clock]',
+        '["--resume_from_checkpoint", "latest"]',
+        ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
+    ),
+    (
         "loop: no average update per step",
         T,
         "                averager.update()",
@@ -1088,8 +1109,8 @@ MUTS += [
     (
         "quality runs recipe: --recipe sgd trains with the adamw recipe",
         "examples/quality_runs.py",
-        '    runs = train_pair(name, out, data, RECIPES[recipe], ["--resume_from_checkpoint", "latest"], tag)',
-        '    runs = train_pair(name, out, data, RECIPES["adamw"], ["--resume_from_checkpoint", "latest"], tag)',
+        "    runs = train_pair(name, out, data, RECIPES[recipe],",
+        '    runs = train_pair(name, out, data, RECIPES["adamw"],',
         ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
     ),
     (

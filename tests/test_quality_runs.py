@@ -39,8 +39,8 @@ TINY_DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_g
 
 @pytest.fixture(scope="module")
 def converged(tmp_path_factory):
-    """Both datasets converged (tiny), one command each, WikiText-2 with the sgd recipe: (data, out, the PTB-only
-    results, results after WT2)."""
+    """Both datasets converged (tiny), one command each, WikiText-2 with the sgd recipe on the CPU clock: (data, out,
+    the PTB-only results, results after WT2)."""
     root = tmp_path_factory.mktemp("quality")
     data, out = root / "data", root / "out"
     write_corpora(data)
@@ -51,7 +51,7 @@ def converged(tmp_path_factory):
         mp.setattr(quality_runs, "DATASET_MODEL", {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": [10, 25]}})
         quality_runs.main(["--converge", "--data", str(data), "--out", str(out)])
         ptb = json.loads((out / "results.json").read_text())
-        sgd = ["--converge", "--datasets", "wt2", "--recipe", "sgd"]
+        sgd = ["--converge", "--datasets", "wt2", "--recipe", "sgd", "--clock", "cpu"]
         quality_runs.main([*sgd, "--data", str(data), "--out", str(out)])
     return data, out, ptb, json.loads((out / "results.json").read_text())
 
@@ -65,7 +65,8 @@ def test_converge_adds_each_dataset_block_beside_the_others(converged):
         assert all(math.isfinite(row["test_ppl"]) and math.isfinite(row["valid_ppl"]) for row in results[name].values())
         assert (out / f"{name}_learning_curves.png").stat().st_size > 0
     assert results["runs"]["ptb"]["command"] == "python examples/quality_runs.py --converge --datasets ptb --data DIR"
-    assert results["runs"]["wt2_sgd"]["command"].endswith("--datasets wt2 --data DIR --recipe sgd")
+    assert results["runs"]["wt2_sgd"]["command"].endswith("--datasets wt2 --data DIR --recipe sgd --clock cpu")
+    assert results["runs"]["ptb"]["clock"] == "wall" and results["runs"]["wt2_sgd"]["clock"] == "cpu"
     assert results["runs"]["ptb"]["training"]["optimizer"] == "adamw"
     assert results["runs"]["wt2_sgd"]["training"]["optimizer"] == "ntasgd"
     cutoffs = {name: results["runs"][name]["model"].get("adaptive_softmax_cutoffs") for name in ("ptb", "wt2_sgd")}
@@ -74,6 +75,7 @@ def test_converge_adds_each_dataset_block_beside_the_others(converged):
         trained = json.loads((out / f"wt2_sgd_{kind}" / "config.json").read_text())
         assert trained["adaptive_softmax_cutoffs"] == [10, 25] and trained["use_pointer"] == (kind == "pointer")
         assert json.loads((out / f"wt2_sgd_{kind}.json").read_text())["optimizer"] == "ntasgd"
+        assert json.loads((out / f"wt2_sgd_{kind}.results.json").read_text())["clock"] == "cpu"
         assert json.loads((out / f"ptb_{kind}" / "config.json").read_text())["adaptive_softmax_cutoffs"] == []
 
 

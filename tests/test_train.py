@@ -719,10 +719,10 @@ def test_max_train_minutes_stops_at_the_first_step_past_the_limit(small_corpus, 
     assert results["train_minutes"] == pytest.approx(7 / 60)
 
 
-def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tmp_path, monkeypatch):
+def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tmp_path, monkeypatch, capsys):
     """A run stopped at step 4 (its checkpoint holds 4 fake seconds) and resumed under --max_train_minutes 0.1 stops
     where an uninterrupted run stops (step 7), and reports the time of both lives. --clock cpu reads the process's
-    CPU time (here twice the wall time): the same budget ends at step 4."""
+    CPU time (here twice the wall time): the same budget ends at step 4. Resuming with the other clock is an error."""
     train = train_module()
     clock = FakeClock()
     monkeypatch.setattr(train, "time", clock)
@@ -732,6 +732,9 @@ def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tm
     try:
         train.main(small_args(small_corpus, out, *budget, "--max_train_steps", "4", "--checkpointing_steps", "4"))
         clock.now = 1000.0  # a new process: its clock starts elsewhere
+        with pytest.raises(SystemExit):  # a run's minutes are all of one clock
+            train.main(small_args(small_corpus, out, *budget, "--resume_from_checkpoint", "latest", "--clock", "cpu"))
+        assert "counted its training time with --clock wall: resume it with --clock wall" in capsys.readouterr().err
         resumed = train.main(small_args(small_corpus, out, *budget, "--resume_from_checkpoint", "latest"))
         cpu = train.main(small_args(small_corpus, tmp_path / "cpu", *budget, "--clock", "cpu"))
     finally:
@@ -740,6 +743,8 @@ def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tm
     assert resumed["train_minutes"] == pytest.approx(7 / 60)
     assert json.loads((tmp_path / "cpu" / "results.json").read_text())["steps"] == 4
     assert cpu["train_minutes"] == pytest.approx(8 / 60)
+    assert json.loads((tmp_path / "cpu" / "results.json").read_text())["clock"] == "cpu"
+    assert json.loads((out / "results.json").read_text())["clock"] == "wall"
 
 
 @pytest.mark.parametrize("processes", [1, 2])
