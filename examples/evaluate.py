@@ -51,6 +51,7 @@ RANGES = [  # checked by cli.check_ranges (a float must also be finite; a grid v
     ("--cache_grid_lambdas", lambda lam: 0 <= lam <= 1, "in [0, 1]"),
     *((f"--dynamic_{n}", positive, ">= 1") for n in ("segment", "stats_batch_size", "grid_segments", "grid_tokens")),
     *((f"--dynamic_{n}", non_negative, ">= 0") for n in ("lr", "lambda", "stats_tokens", "grid_lrs", "grid_lambdas")),
+    ("--grid_extensions", non_negative, ">= 0"),
     ("--dynamic_epsilon", positive, "> 0"),
 ]
 
@@ -87,6 +88,8 @@ def parse_args(argv=None):
     a("--dynamic_grid_lambdas", type=float, nargs="+", default=DYN_GRID_LAMBDAS)
     a("--dynamic_grid_segments", type=int, nargs="+", default=[5, 20])
     a("--dynamic_grid_tokens", type=int, default=10000, help="the grid scores the first N validation tokens")
+    a("--grid_extensions", type=int, default=6, help="--cache_grid, --dynamic_grid: while the choice is at an edge "
+      "of its grid, add a value beyond it (the grid's step continued), at most this many; 0: none")  # fmt: skip
     a("--dynamic_pointer_off", action="store_true", help="also the pointer model with its pointer switched off "
       "(g = 1; its own gradient statistics and grid)")  # fmt: skip
     a("--compare", help="a second model: per-frequency-bucket log-perplexity difference (paper Figure 4)")
@@ -136,6 +139,7 @@ from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
+    bracketed_grid,
     bucket_log_ppl_difference,
     cache_grid_search,
     collect_outputs,
@@ -165,6 +169,24 @@ def best_of(grid: list[dict], what: str) -> dict:
     if math.isinf(grid[0]["ppl"]):
         fail(f"every point of the {what} diverged; try smaller values")
     return grid[0]
+
+
+def bracketed(search, axes: dict, bounds: dict, extensions: int, what: str) -> tuple[list[dict], dict, dict]:
+    """`bracketed_grid` on validation with a progress bar over every point it scores: (rows best first, the choice's
+    place per axis, the best row). A choice left at an edge of its grid is named on stderr."""
+    with tqdm(total=0, desc=f"{what} (validation)", unit="point") as bar:
+
+        def scored(**values):
+            bar.total += math.prod(map(len, values.values()))
+            bar.refresh()
+            return search(**values, progress=bar)
+
+        grid, place = bracketed_grid(scored, axes, bounds, extensions)
+    best = best_of(grid, what)
+    if edges := sorted(k for k, where in place.items() if where == "at the edge"):
+        print(f"{what}: the choice is at an edge of its grid for {', '.join(edges)} after {extensions} added values "
+              "(--grid_extensions); widen the grid", file=sys.stderr)  # fmt: skip
+    return grid, place, best
 
 
 def streams_for(ids, batch_size, max_tokens):
@@ -212,11 +234,13 @@ def main(argv=None):
         results.update(gate_statistics(out, tok))
     if args.cache_grid:
         val = out if args.split == "validation" else run(model, "validation")
-        axes = dict(windows=args.cache_grid_windows, thetas=args.cache_grid_thetas, lambdas=args.cache_grid_lambdas)
-        with tqdm(total=math.prod(map(len, axes.values())), desc="cache grid (validation)", unit="point") as bar:
-            grid = cache_grid_search(val, **axes, progress=bar)
+        axes = dict(window=args.cache_grid_windows, theta=args.cache_grid_thetas, lam=args.cache_grid_lambdas)
+        bounds = dict(window=(1, val.targets.shape[-1], int), lam=(0.0, 1.0, float))  # a window past a stream's end
+        grid, results["cache_grid_bracket"], best = bracketed(  # is the whole stream
+            lambda window, theta, lam, progress: cache_grid_search(val, window, theta, lam, progress=progress),
+            axes, bounds, args.grid_extensions, "cache grid",
+        )  # fmt: skip
         results["cache_grid"] = grid
-        best = best_of(grid, "cache grid")
         args.cache_window, args.cache_theta, args.cache_lambda = best["window"], best["theta"], best["lam"]
         results["cache_grid_best_on_validation"] = best
     if args.cache or args.cache_grid:
@@ -271,14 +295,23 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     out = {}
     lr, lam, segment, grid_tokens = args.dynamic_lr, args.dynamic_lambda, args.dynamic_segment, None
     if args.dynamic_grid:
-        points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s) for s in args.dynamic_grid_segments
-                  for x in args.dynamic_grid_lrs for y in args.dynamic_grid_lambdas]  # fmt: skip
         val = ids["validation"][: args.dynamic_grid_tokens + 1]
         grid_tokens = val.numel() - 1
-        with tqdm(total=len(points), desc=f"dynamic grid (validation){label}", unit="point") as bar:
-            grid = dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=bar)
+
+        def search(grid_lr, grid_lam, segment_length, progress):  # the grid's lr and lambda are per 5 targets
+            points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s, grid_lr=x, grid_lam=y)
+                      for s in segment_length for x in grid_lr for y in grid_lam]  # fmt: skip
+            return dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=progress)
+
+        axes = dict(grid_lr=args.dynamic_grid_lrs, grid_lam=args.dynamic_grid_lambdas,
+                    segment_length=args.dynamic_grid_segments)  # fmt: skip
+        bounds = dict(grid_lr=(0.0, math.inf, float), grid_lam=(0.0, math.inf, float),
+                      segment_length=(1, grid_tokens, int))  # fmt: skip
+        grid, out[f"dynamic_grid_bracket{suffix}"], best = bracketed(
+            search, axes, bounds, args.grid_extensions, f"dynamic grid{label}"
+        )
         out[f"dynamic_grid{suffix}"] = grid
-        out[f"dynamic_grid_best_on_validation{suffix}"] = best = best_of(grid, "dynamic grid")
+        out[f"dynamic_grid_best_on_validation{suffix}"] = best
         lr, lam, segment = best["lr"], best["lam"], best["segment_length"]
     split_ids = ids[args.split][: args.max_tokens + 1] if args.max_tokens else ids[args.split]
     start = time.perf_counter()

@@ -152,6 +152,45 @@ def neural_cache_loop_reference(hidden, targets, model_log_probs, window, theta,
     return out
 
 
+def bracketed_grid(search, axes: dict[str, list], bounds: dict[str, tuple] | None = None, extensions: int = 6):
+    """A grid search whose choice lies inside its grid. `search(**axes)` scores the product of the axes' values (rows
+    with `ppl` and a key per axis). While the best row sits on an axis's lowest or highest value, the axis gains one
+    value beyond it, the grid's own step continued (geometrically, v0**2 / v1, for positive values), clipped to the
+    axis's `bounds` (lo, hi, int or float), and that value is scored against the other axes' values. Returns the rows
+    best first and, per axis, where the choice lies: "inside", "at its bound", "at the edge" (the `extensions` ran out)
+    or "fixed" (one value: not searched)."""
+    axes, bounds = {k: sorted(v) for k, v in axes.items()}, bounds or {}
+    rows, stuck, grown = search(**axes), set(), 0
+    while grown < extensions:
+        best = min(rows, key=lambda r: r["ppl"])
+        if math.isinf(best["ppl"]):
+            break
+        edges = [(k, -1 if best[k] == v[0] else 1) for k, v in axes.items() if len(v) > 1 and best[k] in (v[0], v[-1])]
+        side = next((e for e in edges if e not in stuck), None)
+        if side is None:
+            break
+        k, d = side
+        v, (lo, hi, kind) = axes[k], bounds.get(k, (-math.inf, math.inf, float))
+        edge, inner = (v[0], v[1]) if d < 0 else (v[-1], v[-2])
+        new = edge * edge / inner if edge > 0 and inner > 0 else 2 * edge - inner  # geometric, else arithmetic
+        new = min(max(round(new) if kind is int else new, lo), hi)
+        if new == edge or new in v:
+            stuck.add(side)
+            continue
+        axes[k], grown = sorted([*v, new]), grown + 1
+        rows += search(**{**axes, k: [new]})
+    best = min(rows, key=lambda r: r["ppl"])
+
+    def where(k, v):
+        if len(v) == 1:
+            return "fixed"
+        if v[0] < best[k] < v[-1]:
+            return "inside"
+        return "at its bound" if (k, -1 if best[k] == v[0] else 1) in stuck else "at the edge"
+
+    return sorted(rows, key=lambda r: r["ppl"]), {k: where(k, v) for k, v in axes.items()}
+
+
 def cache_grid_search(outputs: StreamOutputs, windows, thetas, lambdas, base: str = "mixture", progress=None):
     """Perplexity of the model + cache for every (window, theta, lambda) on stored outputs; rows sorted best first,
     a diverged point (inf) last. The cache is scored once per (window, theta) and mixed for each lambda. `progress`
@@ -314,13 +353,13 @@ def dynamic_evaluate(
 def dynamic_grid_search(
     model, ids: torch.Tensor, stats: GradientStatistics, points: list[dict], epsilon: float = 2e-5, progress=None
 ) -> list[dict]:
-    """Perplexity of dynamic evaluation on `ids` for every point (a dict of lr, lam, segment_length), with the
-    seconds each took; rows sorted best first, a diverged point (inf) last. `progress` gets `update(1)` after each
-    point."""
+    """Perplexity of dynamic evaluation on `ids` for every point (a dict of lr, lam, segment_length, and any keys of the
+    caller's, kept in its row), with the seconds each took; rows sorted best first, a diverged point (inf) last.
+    `progress` gets `update(1)` after each point."""
     rows = []
     for point in points:
         start = time.perf_counter()
-        out = dynamic_evaluate(model, ids, stats, epsilon=epsilon, **point)
+        out = dynamic_evaluate(model, ids, stats, point["lr"], point["lam"], point["segment_length"], epsilon)
         rows.append(dict(point, ppl=out.perplexity(), seconds=round(time.perf_counter() - start, 2)))
         if progress is not None:
             progress.update(1)

@@ -295,7 +295,15 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
                 "--output_json", str(tmp_path / "r.json")])  # fmt: skip
     dyn, best = res["dynamic"], res["dynamic_grid_best_on_validation"]
     assert (dyn["lr"], dyn["lam"], dyn["segment_length"]) == (best["lr"], best["lam"], best["segment_length"])
-    assert len(res["dynamic_grid"]) == 4 and best["ppl"] == min(r["ppl"] for r in res["dynamic_grid"])
+    assert best["ppl"] == min(r["ppl"] for r in res["dynamic_grid"])
+    # the 4 points asked for, and any grown past an edge choice (--grid_extensions 6); lr and lambda per 5 targets
+    grid, place = res["dynamic_grid"], res["dynamic_grid_bracket"]
+    assert {(x, y, 5) for x in (0, 1e-3) for y in (0, 0.01)} <= {(r["lr"], r["lam"], r["segment_length"]) for r in grid}
+    assert place["segment_length"] == "fixed" and all(r["grid_lr"] == r["lr"] for r in grid)
+    assert "at the edge" not in place.values() and len(grid) > 4  # here the choice needed growth, and got it
+    for axis in ("grid_lr", "grid_lam"):
+        values = sorted({r[axis] for r in grid})
+        assert (place[axis] == "inside") == (values[0] < best[axis] < values[-1])
     # the grid is searched on validation: a run scoring the validation split finds the same grid, and there (the
     # batch-1 static evaluation uses the same 5-token segments) the chosen point's figure and the static one return
     flags = [
@@ -328,7 +336,8 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text()) == json.loads(json.dumps(res))
     out, err = capsys.readouterr()
     assert f"{res['ppl_dynamic']:.2f}" in out and "dynamic evaluation" in out
-    assert "dynamic grid (validation)" in err and "4/4" in err and "gradient statistics" in err
+    n = len(grid)
+    assert "dynamic grid (validation)" in err and f"{n}/{n}" in err and "gradient statistics" in err
     with pytest.raises(SystemExit) as stop:  # the statistics need the training split
         main([str(tmp_path / "m"), "--test_file", str(tmp_path / "test.txt"), "--dynamic"])
     assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err

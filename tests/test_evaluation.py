@@ -1,3 +1,4 @@
+import itertools
 import json
 import math
 import types
@@ -9,6 +10,7 @@ from conftest import evaluate_script, evaluation_files, tiny_model
 from modeling_pointer_sentinel.evaluation import (
     NeuralCache,
     StreamOutputs,
+    bracketed_grid,
     bucket_log_ppl_difference,
     cache_grid_search,
     collect_outputs,
@@ -148,7 +150,8 @@ def test_evaluate_script_end_to_end(tmp_path, capsys):
     assert chosen in out
     for value in (res["ppl"], res["ppl_pointer_off"], best["ppl"], res["ppl_with_cache"], res["compare"]["ppl"]):
         assert f"{value:.2f}" in out
-    assert "cache grid (validation)" in err and "36/36" in err  # a progress bar over the grid points
+    n = len(res["cache_grid"])  # 36 asked for, and any grown past an edge choice
+    assert "cache grid (validation)" in err and f"{n}/{n}" in err and n >= 36  # a progress bar over the grid points
     # the grid is searched on validation: a run that scores the validation split finds the same grid, and its own
     # perplexity with the cache is the grid's best
     on_valid = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--split", "validation"])
@@ -162,10 +165,79 @@ def test_evaluate_script_cache_grid_is_the_one_asked_for(tmp_path, capsys):
     tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "a")
     tok.save_pretrained(tmp_path / "a")
     res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--cache_grid_windows", "3", "7",
-                "--cache_grid_thetas", "0.5", "--cache_grid_lambdas", "0", "0.25"])  # fmt: skip
+                "--cache_grid_thetas", "0.5", "--cache_grid_lambdas", "0", "0.25",
+                "--grid_extensions", "0"])  # fmt: skip
     points = {(r["window"], r["theta"], r["lam"]) for r in res["cache_grid"]}
     assert points == {(3, 0.5, 0.0), (3, 0.5, 0.25), (7, 0.5, 0.0), (7, 0.5, 0.25)} and len(res["cache_grid"]) == 4
     assert "4/4" in capsys.readouterr().err
+
+
+def test_evaluate_script_cache_grid_grows_past_an_edge_choice(tmp_path, capsys):
+    """With --grid_extensions (default 6) the grid asked for is scored, then grows past the edge the choice sits on;
+    the JSON says per axis where the choice lies, and the progress bar counts every point scored."""
+    main = evaluate_script()
+    _, tok, files = evaluation_files(tmp_path, 20)
+    tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "a")
+    tok.save_pretrained(tmp_path / "a")
+    res = main([str(tmp_path / "a"), *files, "--batch_size", "2", "--cache_grid", "--cache_grid_windows", "3", "7",
+                "--cache_grid_thetas", "0.5", "--cache_grid_lambdas", "0.01", "0.02"])  # fmt: skip
+    grid, place, best = res["cache_grid"], res["cache_grid_bracket"], res["cache_grid_best_on_validation"]
+    asked = {(w, 0.5, lam) for w in (3, 7) for lam in (0.01, 0.02)}
+    assert asked < {(r["window"], r["theta"], r["lam"]) for r in grid}  # at λ <= 0.02 the cache is worth more
+    assert place["theta"] == "fixed" and {r["theta"] for r in grid} == {0.5}
+    for axis in ("window", "lam"):
+        values = sorted({r[axis] for r in grid})
+        inside = values[0] < best[axis] < values[-1]
+        assert (place[axis] == "inside") == inside and place[axis] in ("inside", "at its bound", "at the edge")
+    assert 0.04 in {r["lam"] for r in grid}  # the step continued: 0.02**2 / 0.01
+    assert f"{len(grid)}/{len(grid)}" in capsys.readouterr().err
+
+
+def parabola(**axes):
+    """Rows of a bowl with its minimum at x = 50 (in log x), y = 0.7."""
+    points = [dict(zip(axes, v, strict=True)) for v in itertools.product(*axes.values())]
+    return [dict(p, ppl=math.log(p["x"] / 50) ** 2 + (p["y"] - 0.7) ** 2) for p in points]
+
+
+def test_bracketed_grid_grows_each_axis_until_the_choice_is_inside():
+    calls = []
+
+    def search(**axes):
+        calls.append({k: list(v) for k, v in axes.items()})
+        return parabola(**axes)
+
+    rows, place = bracketed_grid(search, {"x": [2, 1, 4], "y": [0.2, 0.4]}, {"y": (0.0, 1.0, float)}, extensions=10)
+    assert place == {"x": "inside", "y": "inside"}
+    assert (rows[0]["x"], rows[0]["y"]) == (64, pytest.approx(0.8)) and rows == sorted(rows, key=lambda r: r["ppl"])
+    # x grows 4 -> 8 -> 16 -> 32 -> 64 -> 128 (each scored against every y so far), y 0.4 -> 0.8 -> 1.0 (clipped)
+    assert sorted({r["x"] for r in rows}) == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert sorted({r["y"] for r in rows}) == pytest.approx([0.2, 0.4, 0.8, 1.0])
+    assert calls[0] == {"x": [1, 2, 4], "y": [0.2, 0.4]}
+    seen = {k: set(v) for k, v in calls[0].items()}
+    for c in calls[1:]:  # one new value of one axis, scored against every value of the others so far
+        (new,) = [k for k, v in c.items() if not set(v) <= seen[k]]
+        assert len(c[new]) == 1 and all(set(c[k]) == seen[k] for k in c if k != new)
+        seen[new] |= set(c[new])
+    assert len(rows) == len({(r["x"], r["y"]) for r in rows}) == sum(len(parabola(**c)) for c in calls)
+
+
+@pytest.mark.parametrize(
+    "axes, bounds, extensions, want",
+    [
+        ({"x": [50, 60], "y": [0.8, 0.9]}, {"y": (0.0, 0.9, float)}, 6, {"x": "inside", "y": "inside"}),
+        ({"x": [40, 60], "y": [0.2, 0.4]}, {"y": (0.0, 0.5, float)}, 6, {"x": "inside", "y": "at its bound"}),
+        ({"x": [1, 2], "y": [0.7]}, {}, 2, {"x": "at the edge", "y": "fixed"}),
+        ({"x": [5, 20], "y": [0.7]}, {"x": (5, 1000, int)}, 6, {"x": "inside", "y": "fixed"}),
+        ({"x": [200, 800], "y": [0.7]}, {"x": (1, 800, int)}, 6, {"x": "inside", "y": "fixed"}),
+        ({"x": [200, 800], "y": [0.7]}, {"x": (200, 800, int)}, 6, {"x": "at its bound", "y": "fixed"}),
+    ],
+)
+def test_bracketed_grid_says_where_the_choice_lies(axes, bounds, extensions, want):
+    """A low edge grows downward (x = 50: 41.7 is scored and is worse; y: 0.711 better, then 0.632 worse); `at the
+    edge`: the extensions ran out (x from 2 upward); `at its bound`: a bound stops the growth; integer axes step by
+    rounded values (5, 20 -> 80; 800, 200 -> 50 -> 13 -> ...)."""
+    rows, place = bracketed_grid(parabola, axes, bounds, extensions)
+    assert place == want, rows[:3]
 
 
 @pytest.mark.parametrize(
