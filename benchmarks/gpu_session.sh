@@ -27,6 +27,16 @@ timeout 180 $PY benchmarks/run.py --device cuda --dtype bfloat16 --write "$OUT/r
 echo "bench rc=$?"
 fi
 
+# DECODE=1: issue 30's generate / step-loop ratio (batch 1 and 32, one thread, 25 rounds) on this host's idle CPU
+# cores, where the development machine's shared cores swing rounds by +-40%; eager paths only (no onnx extra and no
+# compiler assumed here). Before the GPU runs, which would load the host.
+if [ "${DECODE:-0}" = 1 ]; then
+timeout 300 $PY -c "import sys; sys.path.insert(0, 'benchmarks'); import run; from modeling_pointer_sentinel import \
+PointerSentinelForCausalLM as M; print(run.decode_paths(M.from_pretrained(run.ROOT / 'pretrained/ptb-pointer-sentinel-lstm-2x200'), \
+'PTB, the lent GPU host CPU', 25, False, configs=((1, 1), (1, 32)), compiled=False))" >"$OUT/decode_host_cpu.md" 2>"$OUT/decode.err"
+echo "decode rc=$?"
+fi
+
 # 2x650 tied, the paper's window and dropout 0.5 (no zoneout), GluonNLP's SGD 20 + NT-ASGD, bf16 autocast; four runs
 # side by side on the one GPU for the same wall-clock budget each.
 for ds in $([ "${BIG:-1}" = 1 ] && echo ptb wt2); do

@@ -372,7 +372,7 @@ def step_work(model) -> tuple[float, float]:
     return float(macs), 4.0 * sum(m.numel() for m in mats)
 
 
-def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict):
+def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict, compiled: bool = True):
     """name -> unit(); each unit decodes n tokens per row greedily and returns the seconds the n steps took."""
     from export_onnx import state_tensors
     from onnx_generate import run_step, session
@@ -442,22 +442,28 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
     units = {
         "generate, forward each token (before this work)": generate("forward"),
         "generate, fast decode step": generate("fast"),
-        "generate, compiled decode step": generate("compiled"),
         "the model's decode step + argmax loop": step_loop,
         "the model's forward with its cache + argmax loop": forward_loop,
         "nn.Embedding + nn.LSTM + nn.Linear + argmax loop (no pointer)": bare_loop,
-        "ONNX Runtime, fp32 step + argmax loop": onnx(folder_onnx / "decode_step.onnx"),
-        "ONNX Runtime, int8 step + argmax loop": onnx(folder_onnx / "decode_step.int8.onnx"),
     }
-    t0 = time.perf_counter()
-    units["generate, compiled decode step"]()  # compiles for this batch size (not counted in the rounds)
-    compile_seconds[B] = compile_seconds.get(B, time.perf_counter() - t0)
+    if compiled:
+        units["generate, compiled decode step"] = generate("compiled")
+    if folder_onnx is not None:
+        units["ONNX Runtime, fp32 step + argmax loop"] = onnx(folder_onnx / "decode_step.onnx")
+        units["ONNX Runtime, int8 step + argmax loop"] = onnx(folder_onnx / "decode_step.int8.onnx")
+    if compiled:
+        t0 = time.perf_counter()
+        units["generate, compiled decode step"]()  # compiles for this batch size (not counted in the rounds)
+        compile_seconds[B] = compile_seconds.get(B, time.perf_counter() - t0)
     return units
 
 
-def decode_paths(model, name: str, reps: int, quick: bool) -> str:
-    """The decode table for one model: ms per step and tokens/s of every path at batch 1 and 32, 1 and 2 threads,
-    the median of `reps` rounds that run the paths in rotating order, beside the arithmetic floor."""
+def decode_paths(model, name: str, reps: int, quick: bool, configs=((1, 1), (1, 32), (2, 1), (2, 32)),
+                 compiled: bool = True) -> str:  # fmt: skip
+    """The decode table for one model: ms per step and tokens/s of every path at each (threads, batch) of `configs`,
+    the median of `reps` rounds that run the paths in rotating order, beside the arithmetic floor. Without the onnx
+    extra (e.g. on a lent GPU's host) the ONNX Runtime rows are left out, and the table says so; `compiled=False`
+    leaves out the compiled step (a host without a C++ compiler for torch.compile)."""
     import tempfile
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -467,44 +473,51 @@ def decode_paths(model, name: str, reps: int, quick: bool) -> str:
     macs, weight_bytes = step_work(model)
     out = tempfile.TemporaryDirectory()
     folder = Path(out.name)
-    export_onnx.export(model, folder / "decode_step.onnx")
-    export_onnx.quantize(folder / "decode_step.onnx", folder / "decode_step.int8.onnx")
+    try:
+        export_onnx.export(model, folder / "decode_step.onnx")
+        export_onnx.quantize(folder / "decode_step.onnx", folder / "decode_step.int8.onnx")
+        folder_onnx = folder
+    except ImportError as e:
+        folder_onnx = None
+        print(f"no ONNX Runtime rows: {e}", flush=True)
     lines = [f"#### {name}: {macs / 1e6:.2f}M multiply-adds and {weight_bytes / 2**20:.1f} MiB of fp32 weights read "
              "per step", ""]  # fmt: skip
     compile_seconds, identical = {}, []
-    for threads in (1, 2):
+    if folder_onnx is None:
+        lines += ["No ONNX Runtime rows: the onnx extra is not installed here.", ""]
+    for threads, B in configs:
         rates = machine_rates(threads)
-        for B in (1, 32):
-            n = (20 if quick else 100) if B == 1 else (5 if quick else 30)
-            units = decode_path_units(model, folder, B, threads, n, compile_seconds)
-            times = {k: [] for k in units}
-            for r in range(reps):
-                keys = list(units)
-                for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
-                    gc.collect()
-                    times[k].append(units[k]() / n)
-            before_tokens = units["generate, forward each token (before this work)"].tokens
-            identical.append(torch.equal(units["generate, fast decode step"].tokens, before_tokens))
-            bw = min(rates["bandwidth"].items(), key=lambda kv: abs(kv[0] * 2**20 - weight_bytes))[1]
-            floor = max(2 * macs * B / rates["flops"], weight_bytes / bw)
-            before = statistics.median(times["generate, forward each token (before this work)"])
-            lines += [f"Batch {B}, {threads} thread{'s' if threads > 1 else ''}: floor {floor * 1e3:.3f} ms/step = "
-                      f"max(2·MACs·B / {rates['flops'] / 1e9:.1f} GFLOP/s, weights / {bw / 1e9:.1f} GB/s read) "
-                      f"({B / floor:,.0f} tokens/s); {n} steps a round, {reps} rounds.", "",
-                      "| path | ms / step | tokens / s | × floor | speed-up over generate before |",
-                      "|---|---:|---:|---:|---:|"]  # fmt: skip
-            for k, ts in times.items():
-                t = statistics.median(ts)
-                lines.append(f"| {k} | {t * 1e3:.3f} | {B / t:,.0f} | {t / floor:.1f} | {before / t:.2f} |")
-            # issue 30's "generate / the model's own step loop <= 1.1", from the rounds' own pairs
-            own = paired_summary(times["generate, fast decode step"], times["the model's decode step + argmax loop"])
-            lines += ["", f"generate fast / the step loop, paired rounds: median {own['ratio']:.3f} (quartiles "
-                      f"{own['q1']:.3f}–{own['q3']:.3f}, range {own['min']:.3f}–{own['max']:.3f}), ≤ 1.1: "
-                      f"{verdict(own, ('<=', 1.1))}.", ""]  # fmt: skip
-            print("\n".join(lines[-len(times) - 7 :]), flush=True)
-    lines.append(f"Tokens of generate fast == generate before, every configuration: {all(identical)}. Compiling the "
-                 "step took " + ", ".join(f"{s:.0f} s at batch {b}" for b, s in compile_seconds.items()) +
-                 " (once per model and batch size, not in the timings).")  # fmt: skip
+        n = (20 if quick else 100) if B == 1 else (5 if quick else 30)
+        units = decode_path_units(model, folder_onnx, B, threads, n, compile_seconds, compiled)
+        times = {k: [] for k in units}
+        for r in range(reps):
+            keys = list(units)
+            for k in keys[r % len(keys) :] + keys[: r % len(keys)]:
+                gc.collect()
+                times[k].append(units[k]() / n)
+        before_tokens = units["generate, forward each token (before this work)"].tokens
+        identical.append(torch.equal(units["generate, fast decode step"].tokens, before_tokens))
+        bw = min(rates["bandwidth"].items(), key=lambda kv: abs(kv[0] * 2**20 - weight_bytes))[1]
+        floor = max(2 * macs * B / rates["flops"], weight_bytes / bw)
+        before = statistics.median(times["generate, forward each token (before this work)"])
+        lines += [f"Batch {B}, {threads} thread{'s' if threads > 1 else ''}: floor {floor * 1e3:.3f} ms/step = "
+                  f"max(2·MACs·B / {rates['flops'] / 1e9:.1f} GFLOP/s, weights / {bw / 1e9:.1f} GB/s read) "
+                  f"({B / floor:,.0f} tokens/s); {n} steps a round, {reps} rounds.", "",
+                  "| path | ms / step | tokens / s | × floor | speed-up over generate before |",
+                  "|---|---:|---:|---:|---:|"]  # fmt: skip
+        for k, ts in times.items():
+            t = statistics.median(ts)
+            lines.append(f"| {k} | {t * 1e3:.3f} | {B / t:,.0f} | {t / floor:.1f} | {before / t:.2f} |")
+        # issue 30's "generate / the model's own step loop <= 1.1", from the rounds' own pairs
+        own = paired_summary(times["generate, fast decode step"], times["the model's decode step + argmax loop"])
+        lines += ["", f"generate fast / the step loop, paired rounds: median {own['ratio']:.3f} (quartiles "
+                  f"{own['q1']:.3f}–{own['q3']:.3f}, range {own['min']:.3f}–{own['max']:.3f}), ≤ 1.1: "
+                  f"{verdict(own, ('<=', 1.1))}.", ""]  # fmt: skip
+        print("\n".join(lines[-len(times) - 7 :]), flush=True)
+    took = ", ".join(f"{s:.0f} s at batch {b}" for b, s in compile_seconds.items())
+    lines.append(f"Tokens of generate fast == generate before, every configuration: {all(identical)}. " + (
+        f"Compiling the step took {took} (once per model and batch size, not in the timings)." if compiled
+        else "No compiled step here."))  # fmt: skip
     out.cleanup()
     torch.set_num_threads(1)
     return "\n".join(lines) + "\n"

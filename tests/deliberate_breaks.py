@@ -640,6 +640,13 @@ MUTS = [
         ["tests/test_evaluation.py"],
     ),
     (
+        "benchmarks: decode_paths needs the onnx extra",
+        R,
+        "    except ImportError as e:\n        folder_onnx = None",
+        "    except KeyError as e:\n        folder_onnx = None",
+        ["tests/test_benchmarks.py"],
+    ),
+    (
         "bracketed grid: never grows",
         E,
         "    while grown < extensions:",

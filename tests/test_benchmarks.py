@@ -82,3 +82,27 @@ def test_step_work_counts_the_issues_arithmetic_for_the_shipped_ptb_model():
     macs, weight_bytes = run.step_work(m)
     assert macs == 2 * 4 * H * 2 * H + H * V + H * H + L * H == 2_700_000
     assert weight_bytes == 4 * (macs - L * H)
+
+
+def test_decode_paths_without_the_onnx_extra_leaves_out_only_the_onnx_rows(monkeypatch):
+    """On a host without onnx/onnxruntime (a lent GPU's), the decode table still times every PyTorch path and says
+    why the ONNX Runtime rows are missing; the greedy tokens of the fast step equal the forward path's. Without a
+    compiler (compiled=False) the compiled row is left out too."""
+    import sys
+
+    from conftest import tiny_model
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import export_onnx
+
+    def missing(*a, **k):
+        raise ModuleNotFoundError("No module named 'onnxscript'")
+
+    monkeypatch.setattr(export_onnx, "export", missing)
+    table = run.decode_paths(tiny_model(vocab_size=50), "tiny", 1, True, configs=((1, 1),), compiled=False)
+    assert "No ONNX Runtime rows: the onnx extra is not installed here." in table and "| ONNX" not in table
+    for path in ("generate, fast decode step", "the model's decode step + argmax loop", "nn.Embedding + nn.LSTM"):
+        assert f"| {path}" in table
+    assert "generate fast / the step loop, paired rounds: median" in table
+    assert "Tokens of generate fast == generate before, every configuration: True. No compiled step here." in table
+    assert "| generate, compiled" not in table
