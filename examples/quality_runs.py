@@ -198,7 +198,13 @@ def converge(out: Path, data: Path | None, name: str, recipe: str = "adamw", clo
         "pointer": row("pointer", pointer["ppl"], train["pointer"]["validation_ppl"]),
         "plain": row("plain", plain["ppl"], train["plain"]["validation_ppl"]),
         "plain_cache": row(
-            "plain", plain["ppl_with_cache"], best["ppl"], window=best["window"], theta=best["theta"], lam=best["lam"]
+            "plain",
+            plain["ppl_with_cache"],
+            best["ppl"],
+            window=best["window"],
+            theta=best["theta"],
+            lam=best["lam"],
+            bracket=plain["cache_grid_bracket"],
         ),  # fmt: skip
         "pointer_off": row("pointer", pointer["ppl_pointer_off"], pointer_val["ppl_pointer_off"]),
     }
@@ -248,6 +254,7 @@ def dynamic(out: Path, data: Path | None, name: str, recipe: str = "adamw") -> d
         where = models[kind].relative_to(ROOT) if models[kind].is_relative_to(ROOT) else models[kind]
         run = {"epochs": block[kind]["epochs"], "params": block[kind]["params"],
                "dynamic": {k: d[k] for k in ("lr", "lam", "segment_length", "epsilon", "stats_tokens")},
+               "dynamic_bracket": ev["dynamic_grid_bracket"],
                "static_test_ppl_batch_1": d["static_ppl_batch_1"], "dynamic_test_seconds": d["seconds"],
                "eval_minutes": ev["eval_minutes"],
                "command": f"python examples/evaluate.py {where} {flags}"}  # fmt: skip
@@ -256,7 +263,8 @@ def dynamic(out: Path, data: Path | None, name: str, recipe: str = "adamw") -> d
                                     "valid_tokens": d["grid_tokens"], **run}  # fmt: skip
         c = ev["cache"]
         block[f"{kind}_dynamic_cache"] = {"test_ppl": ev["ppl_dynamic_with_cache"], "valid_ppl": None, **run,
-                                          "cache": {k: c[k] for k in ("window", "theta", "lam")}}  # fmt: skip
+                                          "cache": {k: c[k] for k in ("window", "theta", "lam")},
+                                          "cache_bracket": ev["cache_grid_bracket"]}  # fmt: skip
     path.write_text(json.dumps(results, indent=2))
     return results
 

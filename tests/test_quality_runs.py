@@ -69,6 +69,10 @@ def test_converge_adds_each_dataset_block_beside_the_others(converged):
     assert results["runs"]["ptb"]["clock"] == "wall" and results["runs"]["wt2_sgd"]["clock"] == "cpu"
     assert results["runs"]["ptb"]["training"]["optimizer"] == "adamw"
     assert results["runs"]["wt2_sgd"]["training"]["optimizer"] == "ntasgd"
+    places = {"inside", "at its bound", "at the edge", "fixed"}  # where each chosen cache setting lies in its grid
+    for name in ("ptb", "wt2_sgd"):
+        assert set(results[name]["plain_cache"]["bracket"]) == {"window", "theta", "lam"}
+        assert set(results[name]["plain_cache"]["bracket"].values()) <= places
     cutoffs = {name: results["runs"][name]["model"].get("adaptive_softmax_cutoffs") for name in ("ptb", "wt2_sgd")}
     assert cutoffs == {"ptb": None, "wt2_sgd": [10, 25]}
     for kind in ("plain", "pointer"):  # the models trained are the ones the block describes, with its recipe
@@ -94,8 +98,13 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
     for kind in ("plain", "pointer"):
         row, ev = results["ptb"][f"{kind}_dynamic"], json.loads((out / f"ptb_{kind}.dynamic.json").read_text())
         assert row["test_ppl"] == ev["ppl_dynamic"] and row["valid_ppl"] == ev["dynamic_grid_best_on_validation"]["ppl"]
-        assert row["valid_tokens"] == 60 and row["dynamic"]["segment_length"] in (5, 20)
+        assert row["valid_tokens"] == 60 and row["dynamic"]["segment_length"] in {
+            r["segment_length"] for r in ev["dynamic_grid"]
+        }
         assert math.isfinite(results["ptb"][f"{kind}_dynamic_cache"]["test_ppl"])
+        assert row["dynamic_bracket"] == ev["dynamic_grid_bracket"] and set(row["dynamic_bracket"]) == {
+            "grid_lr", "grid_lam", "segment_length"}  # fmt: skip
+        assert results["ptb"][f"{kind}_dynamic_cache"]["cache_bracket"] == ev["cache_grid_bracket"]
         assert results["ptb"][f"{kind}_dynamic_cache"]["cache"] == {
             k: ev["cache"][k] for k in ("window", "theta", "lam")
         }
