@@ -647,6 +647,13 @@ MUTS = [
         ["tests/test_benchmarks.py"],
     ),
     (
+        "recipe study: ranks by the epoch-end validation only",
+        "examples/recipe_study.py",
+        '"valid_ppl": r["validation_ppl"],',
+        '"valid_ppl": r["best_validation_ppl"],',
+        ["tests/test_quality_runs.py::test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation"],
+    ),
+    (
         "bracketed grid: never grows",
         E,
         "    while grown < extensions:",

@@ -123,3 +123,27 @@ def test_the_recipe_study_never_reads_the_test_split(tmp_path):
         cmd = recipe_study.command(name, str(tmp_path), tmp_path, 1.0)
         assert "--validation_file" in cmd and "--test_file" not in cmd
         assert not any("test" in Path(c).name for c in cmd if c.startswith(str(tmp_path)))
+
+
+def test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation(tmp_path):
+    """A budget that ends inside the first epoch leaves no epoch-end validation (best_validation_ppl null): the row
+    takes the saved (last) weights' validation perplexity, marked, and ranks among the others on it."""
+    import recipe_study
+
+    finished = {"wt2_plain_base": (166.9, 166.9, 4.5), "wt2_plain_full_softmax": (268.2, None, 0.92),
+                "wt2_plain_sgd": (165.2, 165.2, 4.5)}  # fmt: skip
+    for name, (valid, best, epochs) in finished.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({
+            "validation_ppl": valid, "best_validation_ppl": best, "epochs": epochs, "train_minutes": 45.0,
+            "targets_seen": 10**6, "stopped": "max_train_minutes (45): not converged"}))  # fmt: skip
+    recipe_study.write_table(tmp_path, 45)
+    rows = json.loads((tmp_path / "results.json").read_text())
+    assert {n: (r["valid_ppl"], r["epoch_validated"]) for n, r in rows.items()} == {
+        "wt2_plain_base": (166.9, True),
+        "wt2_plain_full_softmax": (268.2, False),
+        "wt2_plain_sgd": (165.2, True),
+    }
+    table = [line for line in (tmp_path / "README.md").read_text().splitlines() if line.startswith("| wt2")]
+    assert [line.split(" | ")[0][2:] for line in table] == ["wt2_plain_sgd", "wt2_plain_base", "wt2_plain_full_softmax"]
+    assert "| 268.20* |" in table[2] and "| 165.20 |" in table[0]
