@@ -69,8 +69,8 @@ CANDIDATES = {
         {},
         "adaptive softmax [4000, 15000], div 4",
     ),  # fmt: skip
-    # the full softmax leads per epoch, but on one CPU thread an epoch of it costs ~4.5x the adaptive one's (0.92
-    # epoch in 45 CPU-minutes against 4.0-4.5)
+    # the full softmax leads per epoch, but on one CPU thread an epoch of it costs ~5x the adaptive one's (0.92
+    # epoch in 45 CPU-minutes against 4.5)
     "wt2_plain_sgd_cutoffs_4000": (
         "wt2",
         False,
@@ -129,7 +129,7 @@ def write_table(out: Path, minutes: float):
         rows[name] = {"dataset": dataset, "model": "pointer" if use_pointer else "plain", "why": why,
                       "model_overrides": model, "training_overrides": training, "budget_cpu_minutes": minutes,
                       "train_minutes": r["train_minutes"], "valid_ppl": r["validation_ppl"],
-                      "epoch_validated": r["best_validation_ppl"] is not None,
+                      "epoch_validated": r["best_validation_ppl"] is not None, "params": r["params"],
                       "epochs": r["epochs"], "targets_seen": r["targets_seen"], "stopped": r["stopped"],
                       "revision": git_revision(), "command": f"python {cmd}"}  # fmt: skip
     (out / "results.json").write_text(json.dumps(rows, indent=2))
@@ -138,11 +138,12 @@ def write_table(out: Path, minutes: float):
              "`--clock cpu`), two side by side. Written by `python examples/recipe_study.py --data DIR`; each row's "
              "exact command is in results.json. Valid ppl: the saved weights', those of the best epoch-end validation "
              "(marked * where the budget ended before the first one: the last weights).", "",
-             "| candidate | dataset | model | recipe | valid ppl | epochs | targets |",
-             "|---|---|---|---|---:|---:|---:|"]  # fmt: skip
+             "| candidate | dataset | model | recipe | params | valid ppl | epochs | targets |",
+             "|---|---|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for name, r in sorted(rows.items(), key=lambda kv: (kv[1]["dataset"], kv[1]["model"], kv[1]["valid_ppl"])):
         mark = "" if r["epoch_validated"] else "*"
-        lines.append(f"| {name} | {r['dataset']} | {r['model']} | {r['why']} | {r['valid_ppl']:.2f}{mark} | "
+        lines.append(f"| {name} | {r['dataset']} | {r['model']} | {r['why']} | {r['params'] / 1e6:.2f}M | "
+                     f"{r['valid_ppl']:.2f}{mark} | "
                      f"{r['epochs']:.1f} | {r['targets_seen'] / 1e6:.1f}M |")  # fmt: skip
     (out / "README.md").write_text("\n".join(lines) + "\n")
 

@@ -136,7 +136,8 @@ def test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation(tmp_
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({
             "validation_ppl": valid, "best_validation_ppl": best, "epochs": epochs, "train_minutes": 45.0,
-            "targets_seen": 10**6, "stopped": "max_train_minutes (45): not converged"}))  # fmt: skip
+            "targets_seen": 10**6, "stopped": "max_train_minutes (45): not converged",
+            "params": 8_024_216}))  # fmt: skip
     recipe_study.write_table(tmp_path, 45)
     rows = json.loads((tmp_path / "results.json").read_text())
     assert {n: (r["valid_ppl"], r["epoch_validated"]) for n, r in rows.items()} == {
@@ -146,4 +147,4 @@ def test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation(tmp_
     }
     table = [line for line in (tmp_path / "README.md").read_text().splitlines() if line.startswith("| wt2")]
     assert [line.split(" | ")[0][2:] for line in table] == ["wt2_plain_sgd", "wt2_plain_base", "wt2_plain_full_softmax"]
-    assert "| 268.20* |" in table[2] and "| 165.20 |" in table[0]
+    assert "| 8.02M | 268.20* |" in table[2] and "| 8.02M | 165.20 |" in table[0]
