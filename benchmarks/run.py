@@ -241,7 +241,7 @@ def decode_prompt(model, prompt_len, batch=1, device="cpu"):
     return torch.randint(0, V, (batch, prompt_len), generator=torch.Generator().manual_seed(2)).to(device)
 
 
-def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast"):
+def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast", clock=time.perf_counter):
     """Per-token decode rate through generate: (time(N+1 new) - time(1 new)) removes the prefill. The unit sets
     `latency` (seconds a token) and `tokens` (the longer run's sequences)."""
     prompt = decode_prompt(model, prompt_len, batch, device)
@@ -249,11 +249,11 @@ def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast"):
 
     def timed(n):
         sync(device)
-        t0 = time.perf_counter()
+        t0 = clock()
         out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
                              decode_step=decode_step)  # fmt: skip
         sync(device)
-        return time.perf_counter() - t0, out
+        return clock() - t0, out
 
     def unit():
         # returns tokens, and the harness divides by the unit's total time; report per-token latency separately
@@ -372,7 +372,8 @@ def step_work(model) -> tuple[float, float]:
     return float(macs), 4.0 * sum(m.numel() for m in mats)
 
 
-def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict, compiled: bool = True):
+def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_seconds: dict, compiled: bool = True,
+                      clock=time.perf_counter):  # fmt: skip
     """name -> unit(); each unit decodes n tokens per row greedily and returns the seconds the n steps took."""
     from export_onnx import state_tensors
     from onnx_generate import run_step, session
@@ -380,7 +381,7 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
     prompt = decode_prompt(model, 10, B)
 
     def generate(decode):
-        timed = decoder(model, 10, n, "cpu", B, decode)  # the same prompt as the loops below
+        timed = decoder(model, 10, n, "cpu", B, decode, clock)  # the same prompt as the loops below
 
         def unit():
             timed()
@@ -398,31 +399,31 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
     def step_loop():
         cache, tokens = prefilled()
         weights, state = model._packed_weights(), decode_state(cache)
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.no_grad():
             for _ in range(n):
                 log_p, _ = decode_step(model, weights, state, tokens, True)
                 tokens = log_p.argmax(-1)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     def forward_loop():
         cache, tokens = prefilled()
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.no_grad():
             for _ in range(n):
                 tokens = model(tokens[:, None], past_key_values=cache, use_cache=True).logits[:, -1].argmax(-1)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     bare = BareLSTM(model).eval()
 
     def bare_loop():
         tokens, state = prompt[:, -1], None
-        t0 = time.perf_counter()
+        t0 = clock()
         with torch.no_grad():
             for _ in range(n):
                 logits, state = bare(tokens, state)
                 tokens = logits.argmax(-1)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     def onnx(path):
         sess = session(path, threads)
@@ -431,11 +432,11 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
         def unit():
             cache, tokens = prefilled()
             state, tokens = [t.numpy() for t in state_tensors(decode_state(cache))], tokens.numpy()
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 log_p, state = run_step(sess, names, tokens, state)
                 tokens = log_p.argmax(-1)
-            return time.perf_counter() - t0
+            return clock() - t0
 
         return unit
 
@@ -459,15 +460,20 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
 
 
 def decode_paths(model, name: str, reps: int, quick: bool, configs=((1, 1), (1, 32), (2, 1), (2, 32)),
-                 compiled: bool = True) -> str:  # fmt: skip
+                 compiled: bool = True, clock: str = "wall") -> str:  # fmt: skip
     """The decode table for one model: ms per step and tokens/s of every path at each (threads, batch) of `configs`,
     the median of `reps` rounds that run the paths in rotating order, beside the arithmetic floor. Without the onnx
     extra (e.g. on a lent GPU's host) the ONNX Runtime rows are left out, and the table says so; `compiled=False`
-    leaves out the compiled step (a host without a C++ compiler for torch.compile)."""
+    leaves out the compiled step (a host without a C++ compiler for torch.compile). clock="cpu" times every path in
+    the process's CPU time, which other tenants of a shared machine do not inflate (one thread only)."""
     import tempfile
 
     sys.path.insert(0, str(ROOT / "examples"))
     import export_onnx
+
+    if clock == "cpu" and any(threads != 1 for threads, _ in configs):
+        raise ValueError("clock='cpu' counts every thread's CPU time: give one-thread configurations only")
+    timer = time.process_time if clock == "cpu" else time.perf_counter
 
     model.eval()
     macs, weight_bytes = step_work(model)
@@ -488,7 +494,7 @@ def decode_paths(model, name: str, reps: int, quick: bool, configs=((1, 1), (1, 
     for threads, B in configs:
         rates = machine_rates(threads)
         n = (20 if quick else 100) if B == 1 else (5 if quick else 30)
-        units = decode_path_units(model, folder_onnx, B, threads, n, compile_seconds, compiled)
+        units = decode_path_units(model, folder_onnx, B, threads, n, compile_seconds, compiled, timer)
         times = {k: [] for k in units}
         for r in range(reps):
             keys = list(units)
@@ -502,7 +508,8 @@ def decode_paths(model, name: str, reps: int, quick: bool, configs=((1, 1), (1, 
         before = statistics.median(times["generate, forward each token (before this work)"])
         lines += [f"Batch {B}, {threads} thread{'s' if threads > 1 else ''}: floor {floor * 1e3:.3f} ms/step = "
                   f"max(2·MACs·B / {rates['flops'] / 1e9:.1f} GFLOP/s, weights / {bw / 1e9:.1f} GB/s read) "
-                  f"({B / floor:,.0f} tokens/s); {n} steps a round, {reps} rounds.", "",
+                  f"({B / floor:,.0f} tokens/s); {n} steps a round, {reps} rounds" +
+                  (", timed in the process's CPU time." if clock == "cpu" else "."), "",
                   "| path | ms / step | tokens / s | × floor | speed-up over generate before |",
                   "|---|---:|---:|---:|---:|"]  # fmt: skip
         for k, ts in times.items():

@@ -654,6 +654,20 @@ MUTS = [
         ["tests/test_quality_runs.py::test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation"],
     ),
     (
+        "benchmarks: decode_paths' cpu clock ignored",
+        R,
+        'timer = time.process_time if clock == "cpu" else time.perf_counter',
+        "timer = time.perf_counter",
+        ["tests/test_benchmarks.py"],
+    ),
+    (
+        "benchmarks: generate timed on the wall clock under clock=cpu",
+        R,
+        'timed = decoder(model, 10, n, "cpu", B, decode, clock)',
+        'timed = decoder(model, 10, n, "cpu", B, decode)',
+        ["tests/test_benchmarks.py"],
+    ),
+    (
         "bracketed grid: never grows",
         E,
         "    while grown < extensions:",

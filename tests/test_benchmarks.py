@@ -106,3 +106,21 @@ def test_decode_paths_without_the_onnx_extra_leaves_out_only_the_onnx_rows(monke
     assert "generate fast / the step loop, paired rounds: median" in table
     assert "Tokens of generate fast == generate before, every configuration: True. No compiled step here." in table
     assert "| generate, compiled" not in table
+
+
+def test_decode_paths_on_the_cpu_clock_times_every_path_with_it(monkeypatch):
+    """clock="cpu" reads time.process_time for every path (here a stand-in that runs 1000x the wall clock, so the
+    table's figures come out 1000x slower), and refuses two-thread configurations, whose CPU time adds up threads."""
+    import time
+
+    from conftest import tiny_model
+
+    with pytest.raises(ValueError, match="one-thread configurations only"):
+        run.decode_paths(tiny_model(vocab_size=50), "tiny", 1, True, configs=((2, 1),), clock="cpu")
+    monkeypatch.setattr(time, "process_time", lambda: 1000 * time.perf_counter())
+    table = run.decode_paths(tiny_model(vocab_size=50), "tiny", 1, True, configs=((1, 1),), compiled=False, clock="cpu")
+    assert "20 steps a round, 1 rounds, timed in the process's CPU time." in table
+    cells = [line.split(" | ") for line in table.splitlines() if line.startswith("| ")]
+    rows = {c[0][2:]: float(c[1].replace(",", "")) for c in cells if c[1].replace(".", "").replace(",", "").isdigit()}
+    assert {"generate, fast decode step", "the model's decode step + argmax loop"} <= set(rows)
+    assert all(ms > 50 for ms in rows.values()), rows  # ms per step of a 16-wide model, 1000x
