@@ -15,8 +15,9 @@ DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{tra
 
 --converge: AdamW, LR x0.25 whenever validation perplexity does not beat its best by at least 0.1%, stop after 2 such
 epochs in a row; --recipe sgd: GluonNLP's SGD at 20 with NT-ASGD averaging (batch 20, clip 0.25): 5 such epochs
-before the averaging starts it, 5 after it stop; its files and results.json block named NAME_sgd. Checkpoints every
-200 updates; running the same command again resumes each unfinished model where it stopped.
+before the averaging starts it, after it each lowers the LR x0.25 and 5 in a row stop; its files and results.json
+block named NAME_sgd. Checkpoints every 200 updates; running the same command again resumes each unfinished model
+where it stopped.
 WikiText-2 (33,278 words) uses an adaptive softmax (WT2_CUTOFFS) in both models, the same recipe otherwise. Each
 dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}, "wt2": ...,
 "runs": {dataset: model, recipe, revision, command, validation curves}}) and writes OUT/<dataset>_learning_curves.png.
@@ -50,8 +51,9 @@ CONVERGE = {**TRAINING, "lr_decay": 0.25, "patience": 2, "min_improvement": 0.00
             "checkpoints_total_limit": 1}  # fmt: skip
 # GluonNLP's standard_lstm_lm_200 recipe: SGD at 20 with NT-ASGD averaging, batch 20, BPTT 35, clip 0.25.
 SGD = {"optimizer": "ntasgd", "learning_rate": 20.0, "per_device_train_batch_size": 20, "clip": 0.25}
-# --converge's recipes. NT-ASGD never lowers the rate, and averaging starts only after a non-monotone window of 5
-# validations, so its patience is 5 rather than 2 (5 without a 0.1% gain start the averaging, 5 more stop it).
+# --converge's recipes. NT-ASGD's averaging starts after a non-monotone window of 5 validations, so its patience is 5
+# rather than 2: 5 without a 0.1% gain start the averaging; then each such validation lowers the LR x0.25 (GluonNLP
+# lowers its rate on the average's plateaus too) and 5 in a row stop it.
 RECIPES = {"adamw": CONVERGE, "sgd": {**CONVERGE, **SGD, "patience": 5}}
 # WikiText-2's 33,278-word softmax is ~90% of a 2x200 model's cost; an adaptive softmax's head holds the frequent words.
 WT2_CUTOFFS = [2000, 10000]

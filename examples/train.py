@@ -93,7 +93,12 @@ def parse_args(argv=None):
     a("--learning_rate", type=float, default=20.0)
     a("--weight_decay", type=float, default=0.0)
     a("--clip", type=float, default=1.0, help="global gradient-norm clip")
-    a("--lr_decay", type=float, default=0.5, help="multiply LR by this when validation does not improve (sgd, adamw)")
+    a(
+        "--lr_decay",
+        type=float,
+        default=0.5,
+        help="multiply LR by this when validation does not improve (sgd, adamw; ntasgd once it averages)",
+    )
     a(
         "--patience",
         type=int,
@@ -637,7 +642,7 @@ def main(argv=None):
             averager.swap()
         else:
             state.bad_epochs += 1
-            if args.optimizer != "ntasgd":
+            if args.optimizer != "ntasgd" or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
                 state.lr *= args.lr_decay
         if (
             args.optimizer == "ntasgd"

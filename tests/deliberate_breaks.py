@@ -175,11 +175,21 @@ MUTS = [
         [f"{TT}::test_each_optimizer_is_what_it_is_named"],
     ),
     (
-        "loop: ntasgd decays the LR",
+        "loop: ntasgd decays the LR before it averages",
         T,
-        'if args.optimizer != "ntasgd":',
+        'if args.optimizer != "ntasgd" or averager.active:',
         "if True:",
-        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+    ),
+    (
+        "loop: ntasgd never decays the LR of the average",
+        T,
+        'if args.optimizer != "ntasgd" or averager.active:',
+        'if args.optimizer != "ntasgd":',
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TT}::test_each_optimizer_is_what_it_is_named",
+        ],
     ),
     (
         "loop: sgd averages too",
