@@ -159,7 +159,7 @@ def bracketed_grid(search, axes: dict[str, list], bounds: dict[str, tuple] | Non
     axis's `bounds` (lo, hi, int or float), and that value is scored against the other axes' values. Returns the rows
     best first and, per axis, where the choice lies: "inside", "at its bound", "at the edge" (the `extensions` ran out)
     or "fixed" (one value: not searched)."""
-    axes, bounds = {k: sorted(v) for k, v in axes.items()}, bounds or {}
+    axes, bounds = {k: sorted(set(v)) for k, v in axes.items()}, bounds or {}
     rows, stuck, grown = search(**axes), set(), 0
     while grown < extensions:
         best = min(rows, key=lambda r: r["ppl"])

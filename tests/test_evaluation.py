@@ -227,6 +227,7 @@ def test_bracketed_grid_grows_each_axis_until_the_choice_is_inside():
         ({"x": [50, 60], "y": [0.8, 0.9]}, {"y": (0.0, 0.9, float)}, 6, {"x": "inside", "y": "inside"}),
         ({"x": [40, 60], "y": [0.2, 0.4]}, {"y": (0.0, 0.5, float)}, 6, {"x": "inside", "y": "at its bound"}),
         ({"x": [1, 2], "y": [0.7]}, {}, 2, {"x": "at the edge", "y": "fixed"}),
+        ({"x": [2, 1, 2], "y": [0.7, 0.7]}, {}, 2, {"x": "at the edge", "y": "fixed"}),  # repeated values count once
         ({"x": [5, 20], "y": [0.7]}, {"x": (5, 1000, int)}, 6, {"x": "inside", "y": "fixed"}),
         ({"x": [200, 800], "y": [0.7]}, {"x": (1, 800, int)}, 6, {"x": "inside", "y": "fixed"}),
         ({"x": [200, 800], "y": [0.7]}, {"x": (200, 800, int)}, 6, {"x": "at its bound", "y": "fixed"}),
