@@ -678,6 +678,13 @@ MUTS = [
         ["tests/test_benchmarks.py"],
     ),
     (
+        "bracketed grid: a repeated value makes an axis",
+        E,
+        "axes, bounds = {k: sorted(set(v)) for k, v in axes.items()}, bounds or {}",
+        "axes, bounds = {k: sorted(v) for k, v in axes.items()}, bounds or {}",
+        ["tests/test_evaluation.py"],
+    ),
+    (
         "bracketed grid: never grows",
         E,
         "    while grown < extensions:",
