@@ -58,7 +58,7 @@ done
 # for the CPU convergence.
 if [ "${SMALL:-0}" = 1 ]; then
   for kind in pointer plain; do
-    config "q.run_config('wt2', '$kind' == 'pointer', q.RECIPES['sgd'])" >/tmp/runs/wt2_small_$kind.json
+    config "q.run_config('wt2', '$kind' == 'pointer', q.RECIPES['sgd'], q.RECIPE_MODEL['sgd']['wt2'])" >/tmp/runs/wt2_small_$kind.json
     $PY examples/train.py --config /tmp/runs/wt2_small_$kind.json $(flags wt2 True) --output_dir /tmp/runs/wt2_small_$kind \
       --max_train_minutes "$MINUTES" >/tmp/runs/wt2_small_$kind.log 2>&1 &
   done

@@ -78,6 +78,13 @@ CANDIDATES = {
         SGD,
         "GluonNLP's SGD + NT-ASGD, adaptive softmax [4000, 15000], div 4",
     ),  # fmt: skip
+    "wt2_plain_sgd_cutoffs_4000_12500": (
+        "wt2",
+        False,
+        {"adaptive_softmax_cutoffs": [4000, 12500]},
+        SGD,
+        "GluonNLP's SGD + NT-ASGD, adaptive softmax [4000, 12500], div 4 (the 4,000-word head within the bound)",
+    ),  # fmt: skip
 }
 
 

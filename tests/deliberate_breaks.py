@@ -685,6 +685,13 @@ MUTS = [
         ["tests/test_evaluation.py"],
     ),
     (
+        "quality runs recipe: the recipe's model settings ignored",
+        "examples/quality_runs.py",
+        "    runs = train_pair(name, out, data, RECIPES[recipe], extra, tag, model)",
+        "    runs = train_pair(name, out, data, RECIPES[recipe], extra, tag)",
+        ["tests/test_quality_runs.py::test_converge_adds_each_dataset_block_beside_the_others"],
+    ),
+    (
         "bracketed grid: never grows",
         E,
         "    while grown < extensions:",
