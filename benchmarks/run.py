@@ -449,13 +449,12 @@ def decode_path_units(model, folder_onnx, B: int, threads: int, n: int, compile_
     }
     if compiled:
         units["generate, compiled decode step"] = generate("compiled")
-    if folder_onnx is not None:
-        units["ONNX Runtime, fp32 step + argmax loop"] = onnx(folder_onnx / "decode_step.onnx")
-        units["ONNX Runtime, int8 step + argmax loop"] = onnx(folder_onnx / "decode_step.int8.onnx")
-    if compiled:
         t0 = time.perf_counter()
         units["generate, compiled decode step"]()  # compiles for this batch size (not counted in the rounds)
         compile_seconds[B] = compile_seconds.get(B, time.perf_counter() - t0)
+    if folder_onnx is not None:
+        units["ONNX Runtime, fp32 step + argmax loop"] = onnx(folder_onnx / "decode_step.onnx")
+        units["ONNX Runtime, int8 step + argmax loop"] = onnx(folder_onnx / "decode_step.int8.onnx")
     return units
 
 

@@ -90,10 +90,15 @@ def data_flags(data: Path | None, name: str, test: bool = True) -> list[str]:
     return flags + ["--test_file", str(f["test"])] if test else flags
 
 
+def model_settings(name: str, model: dict | None = None) -> dict:
+    """The 2x200 model of dataset `name`: the shared shape, the dataset's softmax, then any `model` overrides."""
+    return {**MODEL, **DATASET_MODEL[name], **(model or {})}
+
+
 def run_config(name: str, use_pointer: bool, training: dict, model: dict | None = None) -> dict:
-    """train.py's --config for one 2x200 run on dataset `name`: the shared shape, the dataset's softmax, the model's
-    kind and any `model` overrides, then the `training` settings."""
-    return {"model": {**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer, **(model or {})}, **training}
+    """train.py's --config for one 2x200 run on dataset `name`: `model_settings` and the model's kind, then the
+    `training` settings."""
+    return {"model": {**model_settings(name, model), "use_pointer": use_pointer}, **training}
 
 
 def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: list[str], tag: str = "",
@@ -220,7 +225,7 @@ def converge(out: Path, data: Path | None, name: str, recipe: str = "adamw", clo
     curves = {f"{k} LSTM": validation_curve(runs[k] / "log.jsonl") for k in ("plain", "pointer")}
     results.setdefault("runs", {})[tag] = {
         "pointer_over_plain_test": pointer["ppl"] / plain["ppl"],
-        "model": {**MODEL, **DATASET_MODEL[name], **(model or {})},
+        "model": model_settings(name, model),
         "training": RECIPES[recipe],
         "clock": clock,
         "revision": git_revision(),

@@ -539,8 +539,8 @@ MUTS = [
     (
         "quality runs: dataset model settings not applied",
         "examples/quality_runs.py",
-        '{**MODEL, **DATASET_MODEL[name], "use_pointer": use_pointer, **(model or {})}',
-        '{**MODEL, "use_pointer": use_pointer, **(model or {})}',
+        "return {**MODEL, **DATASET_MODEL[name], **(model or {})}",
+        "return {**MODEL, **(model or {})}",
         ["tests/test_quality_runs.py"],
     ),
     (
