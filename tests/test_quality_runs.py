@@ -49,7 +49,8 @@ def converged(tmp_path_factory):
         mp.setattr(quality_runs, "MODEL", {**quality_runs.MODEL, **TINY_MODEL})
         mp.setattr(quality_runs, "RECIPES", {k: {**r, **TINY_TRAINING} for k, r in quality_runs.RECIPES.items()})
         mp.setattr(quality_runs, "DATASET_MODEL", {"ptb": {}, "wt2": {"adaptive_softmax_cutoffs": [10, 25]}})
-        mp.setattr(quality_runs, "RECIPE_MODEL", {"sgd": {"wt2": {"adaptive_softmax_cutoffs": [12, 30]}}})
+        # the recipe sets another key than the dataset's, so both layers must reach the model
+        mp.setattr(quality_runs, "RECIPE_MODEL", {"sgd": {"wt2": {"adaptive_softmax_div_value": 2.0}}})
         quality_runs.main(["--converge", "--data", str(data), "--out", str(out)])
         ptb = json.loads((out / "results.json").read_text())
         sgd = ["--converge", "--datasets", "wt2", "--recipe", "sgd", "--clock", "cpu"]
@@ -74,11 +75,13 @@ def test_converge_adds_each_dataset_block_beside_the_others(converged):
     for name in ("ptb", "wt2_sgd"):
         assert set(results[name]["plain_cache"]["bracket"]) == {"window", "theta", "lam"}
         assert set(results[name]["plain_cache"]["bracket"].values()) <= places
-    cutoffs = {name: results["runs"][name]["model"].get("adaptive_softmax_cutoffs") for name in ("ptb", "wt2_sgd")}
-    assert cutoffs == {"ptb": None, "wt2_sgd": [12, 30]}  # the sgd recipe's own WikiText-2 softmax
+    head = {n: {k: results["runs"][n]["model"].get(f"adaptive_softmax_{k}") for k in ("cutoffs", "div_value")}
+            for n in ("ptb", "wt2_sgd")}  # fmt: skip
+    assert head == {"ptb": {"cutoffs": None, "div_value": None}, "wt2_sgd": {"cutoffs": [10, 25], "div_value": 2.0}}
     for kind in ("plain", "pointer"):  # the models trained are the ones the block describes, with its recipe
         trained = json.loads((out / f"wt2_sgd_{kind}" / "config.json").read_text())
-        assert trained["adaptive_softmax_cutoffs"] == [12, 30] and trained["use_pointer"] == (kind == "pointer")
+        assert trained["adaptive_softmax_cutoffs"] == [10, 25] and trained["adaptive_softmax_div_value"] == 2.0
+        assert trained["use_pointer"] == (kind == "pointer")
         assert json.loads((out / f"wt2_sgd_{kind}.json").read_text())["optimizer"] == "ntasgd"
         assert json.loads((out / f"wt2_sgd_{kind}.results.json").read_text())["clock"] == "cpu"
         assert json.loads((out / f"ptb_{kind}" / "config.json").read_text())["adaptive_softmax_cutoffs"] == []
