@@ -395,6 +395,15 @@ class BestWeights:
     def __init__(self):
         self.weights: dict[str, torch.Tensor] | None = None
 
+    def keep(self, model):
+        """Copy the model's state; a tied matrix (one tensor under two names) is copied, and so saved, once."""
+        copies: dict[int, torch.Tensor] = {}
+        self.weights = {}
+        for name, tensor in model.state_dict().items():
+            if tensor.data_ptr() not in copies:
+                copies[tensor.data_ptr()] = tensor.detach().clone()
+            self.weights[name] = copies[tensor.data_ptr()]
+
     def state_dict(self):
         return {"weights": self.weights}
 
@@ -638,7 +647,7 @@ def main(argv=None):
         if improved:
             state.best_val, state.bad_epochs = val, 0
             averager.swap()
-            best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}
+            best.keep(raw)
             averager.swap()
         else:
             state.bad_epochs += 1

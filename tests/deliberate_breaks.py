@@ -804,6 +804,13 @@ MUTS = [
         CKPT,
     ),
     (
+        "checkpoint: the best weights copy a tied matrix twice",
+        T,
+        "            if tensor.data_ptr() not in copies:",
+        "            if True:",
+        ["tests/test_checkpoints.py::test_sigkill_inside_saves_then_resume_latest_ends_bit_exact"],
+    ),
+    (
         "checkpoint: written under its final name",
         T,
         "    accelerator.save_state(tmp)",

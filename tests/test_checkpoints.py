@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from safetensors.torch import load_file
 from test_train import TINY, TRAIN, _env, losses, repeated_sentences, train_module
 
@@ -75,6 +76,13 @@ def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tm
     )
     left = sorted(p.name for p in killed.iterdir() if p.name.startswith("step_"))
     assert left == ["step_35", "step_36"]  # the limit holds, and nothing half-written or half-deleted is left
+    # the best weights ride in each checkpoint (custom object 2) with the tied matrix once, as in model.safetensors
+    best = torch.load(killed / "step_36" / "custom_checkpoint_2.pkl", weights_only=True)["weights"]
+    tied = best["lm_head.weight"], best["model.embed_tokens.weight"]
+    assert tied[0].untyped_storage().data_ptr() == tied[1].untyped_storage().data_ptr()
+    assert sum(
+        t.untyped_storage().nbytes() for t in {t.untyped_storage().data_ptr(): t for t in best.values()}.values()
+    ) == sum(t.numel() * t.element_size() for t in load_file(killed / "step_36" / "model.safetensors").values())
 
 
 def test_latest_skips_incomplete_checkpoints_and_says_so(small_corpus, tmp_path):
