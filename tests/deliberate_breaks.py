@@ -811,6 +811,20 @@ MUTS = [
         ["tests/test_checkpoints.py::test_sigkill_inside_saves_then_resume_latest_ends_bit_exact"],
     ),
     (
+        "stage checkpoints: replaced checkpoints stay in git",
+        "tools/stage_checkpoints.py",
+        "    for step in sorted(tracked - set(kept)):",
+        "    for step in sorted(tracked - tracked):",
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "stage checkpoints: a finished run's checkpoint staged",
+        "tools/stage_checkpoints.py",
+        'newest = None if (run / "results.json").exists() else latest_checkpoint(run)',
+        "newest = latest_checkpoint(run)",
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
         "checkpoint: written under its final name",
         T,
         "    accelerator.save_state(tmp)",
