@@ -250,8 +250,8 @@ MUTS = [
     (
         "loop: best weights copied without the average",
         T,
-        "averager.swap()\n            best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}",
-        "best.weights = {k: v.detach().clone() for k, v in raw.state_dict().items()}\n            averager.swap()",
+        "averager.swap()\n            best.keep(raw)",
+        "best.keep(raw)\n            averager.swap()",
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
