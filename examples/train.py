@@ -399,10 +399,10 @@ class BestWeights:
         """Copy the model's state; a tied matrix (one tensor under two names) is copied, and so saved, once."""
         copies: dict[int, torch.Tensor] = {}
         self.weights = {}
-        for name, tensor in model.state_dict().items():
-            if tensor.data_ptr() not in copies:
-                copies[tensor.data_ptr()] = tensor.detach().clone()
-            self.weights[name] = copies[tensor.data_ptr()]
+        for name, tensor in model.state_dict(keep_vars=True).items():  # a tied matrix: one Parameter, two names
+            if id(tensor) not in copies:
+                copies[id(tensor)] = tensor.detach().clone()
+            self.weights[name] = copies[id(tensor)]
 
     def state_dict(self):
         return {"weights": self.weights}

@@ -1,6 +1,8 @@
 """tools/stage_checkpoints.py keeps exactly each unfinished run's newest whole checkpoint in git's index."""
 
+import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,31 +17,65 @@ def checkpoint(folder: Path, whole: bool = True):
         (folder / "checkpoint.json").write_text(json.dumps({"step": 0, "files": {"model.safetensors": 10}}))
 
 
-def stage(repo: Path) -> list[str]:
-    done = subprocess.run([sys.executable, str(TOOL)], cwd=repo, capture_output=True, text=True, timeout=300)
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def stage(repo: Path, *roots: str, cwd: Path | None = None) -> list[str]:
+    done = subprocess.run([sys.executable, str(TOOL), *roots], cwd=cwd or repo, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    return sorted(subprocess.run(["git", "ls-files"], cwd=repo, capture_output=True, text=True).stdout.split())
+    return sorted(git(repo, "ls-files", "results").split())
+
+
+def commit(repo: Path):
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
 
 
 def test_stages_the_newest_whole_checkpoint_of_each_unfinished_run(tmp_path):
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    git(tmp_path, "init", "-q")
     (tmp_path / ".gitignore").write_text("results/converged/*_plain/\nresults/recipes/*/\n")
-    run, study = tmp_path / "results/converged/ptb_plain", tmp_path / "results/recipes/ptb_base"
+    run, study = tmp_path / "results/converged/ptb_plain", tmp_path / "results/recipes/step_lr_study/ptb_base"
     checkpoint(run / "step_2")
     checkpoint(run / "step_10")  # newer by number, not by name
     checkpoint(run / "step_12", whole=False)  # a save cut short
+    checkpoint(run / "step_14.incomplete")
     (run / "log.jsonl").write_text("{}\n")
-    checkpoint(study / "step_5")
-    assert stage(tmp_path) == ["results/converged/ptb_plain/log.jsonl",
-                               "results/converged/ptb_plain/step_10/checkpoint.json",
-                               "results/converged/ptb_plain/step_10/model.safetensors",
-                               "results/recipes/ptb_base/step_5/checkpoint.json",
-                               "results/recipes/ptb_base/step_5/model.safetensors"]  # fmt: skip
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c"], cwd=tmp_path, check=True)
+    checkpoint(study / "step_5")  # below a folder whose name starts as a checkpoint's
+    (study / "log.jsonl").write_text("{}\n")
+    both = ["results/converged/ptb_plain/log.jsonl",
+            "results/converged/ptb_plain/step_10/checkpoint.json",
+            "results/converged/ptb_plain/step_10/model.safetensors",
+            "results/recipes/step_lr_study/ptb_base/log.jsonl",
+            "results/recipes/step_lr_study/ptb_base/step_5/checkpoint.json",
+            "results/recipes/step_lr_study/ptb_base/step_5/model.safetensors"]  # fmt: skip
+    assert stage(tmp_path) == both
+    git(tmp_path, "add", ".gitignore")
+    commit(tmp_path)
+    assert stage(tmp_path) == both and git(tmp_path, "status", "--porcelain") == ""  # nothing new: nothing changes
     for old in ("step_2", "step_10", "step_12"):  # the run went on: its limit removed the older checkpoints
-        subprocess.run(["rm", "-r", str(run / old)], check=True)
+        shutil.rmtree(run / old)
     checkpoint(run / "step_20")
-    (study / "results.json").write_text("{}")  # the study run finished
-    assert stage(tmp_path) == ["results/converged/ptb_plain/log.jsonl",
-                               "results/converged/ptb_plain/step_20/checkpoint.json",
-                               "results/converged/ptb_plain/step_20/model.safetensors"]  # fmt: skip
+    (study / "results.json").write_text("{}")  # the study run finished: nothing of it stays
+    # from another folder, ROOTs given relative to it and absolute
+    roots = ["../converged", str(tmp_path / "results/recipes")]
+    assert stage(tmp_path, *roots, cwd=tmp_path / "results/recipes") == [
+        "results/converged/ptb_plain/log.jsonl",
+        "results/converged/ptb_plain/step_20/checkpoint.json",
+        "results/converged/ptb_plain/step_20/model.safetensors",
+    ]
+
+
+def test_a_checkpoint_that_changed_while_staged_is_not_taken_for_whole(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("stage_checkpoints", TOOL)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    git(tmp_path, "init", "-q")
+    folder = tmp_path / "run" / "step_3"
+    checkpoint(folder)
+    git(tmp_path, "add", "run")
+    assert tool.staged_whole(tmp_path, "run/step_3")
+    (folder / "model.safetensors").write_bytes(b"w" * 4)  # the index caught the file mid-write
+    git(tmp_path, "add", "run")
+    (folder / "model.safetensors").write_bytes(b"w" * 10)
+    assert not tool.staged_whole(tmp_path, "run/step_3")
