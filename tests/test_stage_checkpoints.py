@@ -56,13 +56,17 @@ def test_stages_the_newest_whole_checkpoint_of_each_unfinished_run(tmp_path):
     for old in ("step_2", "step_10", "step_12"):  # the run went on: its limit removed the older checkpoints
         shutil.rmtree(run / old)
     checkpoint(run / "step_20")
-    (study / "results.json").write_text("{}")  # the study run finished: nothing of it stays
+    (study / "results.json").write_text("{}")  # the study run finished: its model and results stay, no checkpoint
+    (study / "model.safetensors").write_bytes(b"m")
     # from another folder, ROOTs given relative to it and absolute
     roots = ["../converged", str(tmp_path / "results/recipes")]
     assert stage(tmp_path, *roots, cwd=tmp_path / "results/recipes") == [
         "results/converged/ptb_plain/log.jsonl",
         "results/converged/ptb_plain/step_20/checkpoint.json",
         "results/converged/ptb_plain/step_20/model.safetensors",
+        "results/recipes/step_lr_study/ptb_base/log.jsonl",
+        "results/recipes/step_lr_study/ptb_base/model.safetensors",
+        "results/recipes/step_lr_study/ptb_base/results.json",
     ]
 
 

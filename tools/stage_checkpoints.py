@@ -5,7 +5,9 @@ work tree does not outlive it).
     python tools/stage_checkpoints.py [ROOT ...]     # default: results/converged results/recipes; then git commit
 
 A run folder is any folder under a ROOT that holds step_N checkpoints; it is finished once it has its results.json,
-and then nothing of it stays staged. Each staged checkpoint is checked against its manifest as git holds it, and
+and then its own files (the trained model, tokenizer, results and log) are staged instead of a checkpoint, which
+is all that --dynamic and export_pretrained.py read, and what quality_runs.py takes for a finished run.
+Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
 that cannot resume. Pause the runs first (pkill -STOP -f examples/train.py).
 """
@@ -41,15 +43,16 @@ def staged_whole(repo: Path, folder: str) -> bool:
 
 def stage(repo: Path, roots: list[Path]) -> list[str]:
     """Stage the newest whole checkpoint of each unfinished run under `roots` (relative to `repo`); unstage every
-    other step_N folder and finished runs' logs. Returns the staged checkpoints."""
-    kept, finished = [], []
+    other step_N folder; stage finished runs' own files. Returns the staged checkpoints."""
+    kept = []
     for root in roots:
         if not (repo / root).is_dir():
             raise SystemExit(f"error: {root} is not a folder of {repo}")
         for run in sorted({p.parent for p in (repo / root).glob("**/step_*") if STEP.fullmatch(p.name) and p.is_dir()}):
             rel = run.relative_to(repo).as_posix()
-            if (run / "results.json").exists():
-                finished.append(f"{rel}/log.jsonl")
+            if (run / "results.json").exists():  # the trained model beside its results, without checkpoints
+                files = [f.relative_to(repo).as_posix() for f in sorted(run.iterdir()) if f.is_file()]
+                git("add", "-f", "--", *files, repo=repo)
             elif (newest := latest_checkpoint(run)) is not None:
                 folder = newest.relative_to(repo).as_posix()
                 log = [f"{rel}/log.jsonl"] if (run / "log.jsonl").exists() else []
@@ -60,7 +63,7 @@ def stage(repo: Path, roots: list[Path]) -> list[str]:
     tracked = set(git("ls-files", "-z", "--", *(r.as_posix() for r in roots), repo=repo).split("\0")) - {""}
     steps = {"/".join(parts[: i + 1]) for parts in (t.split("/") for t in tracked)
              for i, part in enumerate(parts[:-1]) if STEP.fullmatch(part)}  # fmt: skip
-    for path in sorted(steps - set(kept)) + sorted(tracked & set(finished)):
+    for path in sorted(steps - set(kept)):
         git("rm", "-r", "-q", "--cached", "--", path, repo=repo)
     return kept
 
