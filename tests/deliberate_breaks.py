@@ -813,8 +813,8 @@ MUTS = [
     (
         "stage checkpoints: replaced checkpoints stay in git",
         "tools/stage_checkpoints.py",
-        "    for path in sorted(steps - set(kept)) + sorted(tracked & set(finished)):",
-        "    for path in sorted(tracked & set(finished)):",
+        "    for path in sorted(steps - set(kept)):",
+        "    for path in sorted(steps - steps):",
         ["tests/test_stage_checkpoints.py"],
     ),
     (
