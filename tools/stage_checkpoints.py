@@ -9,7 +9,8 @@ and then its own files (the trained model, tokenizer, results and log) are stage
 is all that --dynamic and export_pretrained.py read, and what quality_runs.py takes for a finished run.
 Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
-that cannot resume. Pause the runs first (pkill -STOP -f examples/train.py).
+that cannot resume. Pause the runs first (pkill -STOP -f examples/train.py), and commit with a plain `git commit`:
+`git commit -a` also records the deletion of a committed checkpoint that a running run has since replaced.
 """
 
 import argparse
