@@ -825,6 +825,13 @@ MUTS = [
         ["tests/test_stage_checkpoints.py"],
     ),
     (
+        "stage checkpoints: a finished run's copies of the modeling code staged",
+        "tools/stage_checkpoints.py",
+        'for f in sorted(run.iterdir()) if f.is_file() and f.suffix != ".py"',
+        "for f in sorted(run.iterdir()) if f.is_file()",
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
         "stage checkpoints: any folder named step_* taken for a checkpoint",
         "tools/stage_checkpoints.py",
         "             for i, part in enumerate(parts[:-1]) if STEP.fullmatch(part)}",

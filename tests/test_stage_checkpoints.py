@@ -58,6 +58,7 @@ def test_stages_the_newest_whole_checkpoint_of_each_unfinished_run(tmp_path):
     checkpoint(run / "step_20")
     (study / "results.json").write_text("{}")  # the study run finished: its model and results stay, no checkpoint
     (study / "model.safetensors").write_bytes(b"m")
+    (study / "modeling_pointer_sentinel.py").write_text("# save_pretrained's copy: the package supplies it\n")
     # from another folder, ROOTs given relative to it and absolute
     roots = ["../converged", str(tmp_path / "results/recipes")]
     assert stage(tmp_path, *roots, cwd=tmp_path / "results/recipes") == [

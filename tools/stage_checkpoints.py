@@ -5,7 +5,8 @@ work tree does not outlive it).
     python tools/stage_checkpoints.py [ROOT ...]     # default: results/converged results/recipes; then git commit
 
 A run folder is any folder under a ROOT that holds step_N checkpoints; it is finished once it has its results.json,
-and then its own files (the trained model, tokenizer, results and log) are staged instead of a checkpoint, which
+and then its own files (the trained model, tokenizer, results and log; not save_pretrained's copies of the modeling
+code, which evaluate.py and export_pretrained.py take from the package) are staged instead of a checkpoint, which
 is all that --dynamic and export_pretrained.py read, and what quality_runs.py takes for a finished run.
 Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
@@ -50,13 +51,15 @@ def stage(repo: Path, roots: list[Path]) -> list[str]:
         if not (repo / root).is_dir():
             raise SystemExit(f"error: {root} is not a folder of {repo}")
         for run in sorted({p.parent for p in (repo / root).glob("**/step_*") if STEP.fullmatch(p.name) and p.is_dir()}):
-            rel = run.relative_to(repo).as_posix()
             if (run / "results.json").exists():  # the trained model beside its results, without checkpoints
-                files = [f.relative_to(repo).as_posix() for f in sorted(run.iterdir()) if f.is_file()]
+                # not save_pretrained's copies of the modeling code: the package that reads the run supplies it
+                files = [
+                    f.relative_to(repo).as_posix() for f in sorted(run.iterdir()) if f.is_file() and f.suffix != ".py"
+                ]
                 git("add", "-f", "--", *files, repo=repo)
             elif (newest := latest_checkpoint(run)) is not None:
                 folder = newest.relative_to(repo).as_posix()
-                log = [f"{rel}/log.jsonl"] if (run / "log.jsonl").exists() else []
+                log = [(run / "log.jsonl").relative_to(repo).as_posix()] if (run / "log.jsonl").exists() else []
                 git("add", "-f", "--", folder, *log, repo=repo)
                 if not staged_whole(repo, folder):
                     raise SystemExit(f"error: {folder} changed while it was staged: pause the runs and stage again")
