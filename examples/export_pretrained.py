@@ -202,7 +202,7 @@ def main(argv=None):
             "command": args.train_command or recipe.get("command"),
             "run": {
                 k: train_results[k]
-                for k in ("epochs", "steps", "stopped", "train_minutes", "targets_seen")
+                for k in ("epochs", "steps", "stopped", "train_minutes", "clock", "targets_seen")
                 if k in train_results
             },
         },  # fmt: skip
@@ -246,8 +246,10 @@ def model_card(record: dict, config, license: str) -> str:
     t, v, f = record["test"], record["validation"], record["fixed_slice"]
     train = record["training"]
     recipe = json.dumps({k: train["recipe"][k] for k in ("model", "training") if k in train["recipe"]}, indent=2)
+    clock = {"cpu": " (the training process's CPU time)", "wall": " (wall clock)"}
     run = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
-                    for k, v in train["run"].items())  # fmt: skip
+                    for k, v in train["run"].items() if k != "clock")  # fmt: skip
+    run = run.replace(" minutes ", f" minutes{clock.get(train['run'].get('clock'), '')} ", 1)
     dc = record["dtype_check"]
     change = ", ".join(
         f"{d} {dc[d]['test_ppl']:.2f} ({dc[d]['relative_change']:+.3%})" for d in ("bfloat16", "float16")
@@ -266,12 +268,22 @@ def model_card(record: dict, config, license: str) -> str:
         if cutoffs
         else "The vocabulary distribution is a full softmax."
     )
+    what = (
+        f"a word-level LSTM language model whose vocabulary softmax is mixed with a pointer over its last "
+        f"{config.pointer_window} hidden states, the mixing weight given by a learned sentinel"
+        if config.use_pointer
+        else "a word-level LSTM language model, the paper's baseline: the same LSTM and softmax without the pointer"
+    )
+    score_comment = (
+        "out.loss.exp()  # perplexity of the mixture; out.gate: the sentinel's share of each prediction"
+        if config.use_pointer
+        else "out.loss.exp()  # perplexity"
+    )
     body = f"""
 # {name}
 
 A {size} **{kind}** (Merity, Xiong, Bradbury & Socher, 2016, *Pointer Sentinel Mixture Models*) trained on
-{info["name"]}: a word-level LSTM language model whose vocabulary softmax is mixed with a pointer over its last
-{config.pointer_window} hidden states, the mixing weight given by a learned sentinel. {record["params"]:,} parameters,
+{info["name"]}: {what}. {record["params"]:,} parameters,
 {config.vocab_size:,}-word vocabulary{", tied input and output embeddings" if config.tie_word_embeddings else ""}.
 {softmax}
 Built with the `modeling_pointer_sentinel` package; the model's code ships in this folder.
@@ -324,7 +336,7 @@ print(generator("\\n{info["prompt"]}", max_new_tokens=20, do_sample=True, top_k=
 
 ids = tok("{info["scored"]}\\n", return_tensors="pt").input_ids  # line break -> <eos>
 out = model(ids, labels=ids)
-out.loss.exp()  # perplexity of the mixture; out.gate: the sentinel's share of each prediction
+{score_comment}
 ```
 
 `trust_remote_code=True` runs the modeling code in this folder (`modeling_pointer_sentinel.py`,

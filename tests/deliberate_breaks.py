@@ -797,6 +797,20 @@ MUTS = [
         ["tests/test_pretrained.py::test_export_takes_the_recipe_of_its_dataset_from_the_converged_results"],
     ),
     (
+        "pretrained card describes a plain model as mixing in a pointer",
+        EXPORT,
+        "        if config.use_pointer\n        else \"a word-level LSTM language model, the paper's baseline",
+        "        if True\n        else \"a word-level LSTM language model, the paper's baseline",
+        ["tests/test_pretrained.py::test_card_says_what_the_model_is_and_what_its_minutes_count"],
+    ),
+    (
+        "pretrained card's training minutes say nothing of the CPU clock",
+        EXPORT,
+        "    run = run.replace(\" minutes \", f\" minutes{clock.get(train['run'].get('clock'), '')} \", 1)",
+        "",
+        ["tests/test_pretrained.py::test_card_says_what_the_model_is_and_what_its_minutes_count"],
+    ),
+    (
         "checkpoint: latest takes the newest folder, whole or not",
         T,
         "        if (why := incomplete(folder)) is None:\n            return folder",

@@ -113,6 +113,30 @@ def check_card(folder: Path):
     assert "trust_remote_code=True" in card.text and "@inproceedings{merity2017pointer" in card.text
     assert f"Weights ship as {record['dtype']}" in card.text
     assert "/shared/" not in card.text and "/shared/" not in json.dumps(record)  # no paths of this machine's data
+    pointer = json.loads((folder / "config.json").read_text()).get("use_pointer", True)
+    assert ("mixed with a pointer" in card.text) == pointer and ("without the pointer" in card.text) != pointer
+    clock = record["training"]["run"].get("clock")
+    assert ("the training process's CPU time" in card.text) == (clock == "cpu")
+
+
+def test_card_says_what_the_model_is_and_what_its_minutes_count():
+    """export_pretrained's card: a plain model is not described as mixing in a pointer, and training minutes on the
+    CPU clock say so (a run's --clock cpu counts its process's CPU time, not the wall clock)."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from export_pretrained import model_card
+
+    from modeling_pointer_sentinel import PointerSentinelConfig
+
+    folder = ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200"
+    record = json.loads((folder / "eval_results.json").read_text())
+    for use_pointer, clock in ((True, "cpu"), (False, "wall"), (False, None)):
+        config = PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer)
+        run = {k: v for k, v in record["training"]["run"].items() if k != "clock"}
+        record["training"]["run"] = run | ({"clock": clock} if clock else {})
+        text = model_card(record, config, "bsd-3-clause")
+        assert ("mixed with a pointer" in text) == use_pointer and ("out.gate" in text) == use_pointer
+        assert ("train minutes (the training process's CPU time)" in text) == (clock == "cpu")
+        assert ("train minutes (wall clock)" in text) == (clock == "wall")
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
