@@ -25,7 +25,8 @@ dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_
 --dynamic (after --converge): Krause et al.'s dynamic evaluation of both converged models (the run in OUT, else
 the shipped folder in pretrained/), at batch size 1 with lr, lambda and segment length chosen on the first 10,000
 validation tokens, and the neural cache on top; adds <kind>_dynamic and <kind>_dynamic_cache rows to the dataset's
-block, each with its settings and the examples/evaluate.py command that reproduces it.
+block, each with its settings and the examples/evaluate.py command that reproduces it. An evaluation already
+written by the same command on the same model files and code (its .job.json) is reused, not run again.
 --minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
 pictures to OUT/<dataset>_plots/.
 
@@ -33,6 +34,7 @@ The two models of a dataset train at the same time, one CPU thread each, so they
 """
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -125,23 +127,54 @@ def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: l
     return runs
 
 
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def job_key(model: Path, args: list[str]) -> dict:
+    """What an evaluation's result depends on: its command line, the model's files and the code that evaluates it."""
+    code = [ROOT / "examples" / "evaluate.py", ROOT / "examples" / "cli.py",
+            *sorted((ROOT / "modeling_pointer_sentinel").glob("*.py"))]  # fmt: skip
+    files = sorted(p for p in model.iterdir() if p.is_file() and p.suffix in (".json", ".safetensors"))
+    return {"args": args, "model": {p.name: sha256(p) for p in files},
+            "code": {str(p.relative_to(ROOT)): sha256(p) for p in code}}  # fmt: skip
+
+
 def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | None) -> list[dict]:
     """examples/evaluate.py on each (model, dataset, out_json, extra flags) at once, one CPU thread each (test split
-    unless the flags say otherwise: batch 10, BPTT 200, state carried)."""
+    unless the flags say otherwise: batch 10, BPTT 200, state carried). A job whose out_json was written by the same
+    command on the same model files and code (its .job.json says so) is not run again: a stop during a long
+    evaluation (dynamic evaluation takes half an hour a model) loses only the evaluations still running."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per process: two on a shared 2-core CPU thrash
     t0, procs = time.time(), []
     for model, name, out_json, extra in jobs:
         cmd = [sys.executable, str(ROOT / "examples" / "evaluate.py"), str(model), *data_flags(data, name),
                "--output_json", str(out_json), *extra]  # fmt: skip
+        # the key names no folder of this machine: the same job on a fresh clone is the same job
+        args = [a.replace(str(ROOT), "ROOT").replace(str(data), "DIR") if data else a.replace(str(ROOT), "ROOT")
+                for a in cmd[2:]]  # fmt: skip
+        key, record = job_key(model, args), out_json.with_suffix(".job.json")
+        if out_json.exists() and record.exists() and json.loads(record.read_text())["key"] == key:
+            print(f"{out_json.name}: the same evaluation of the same model and code is done; reusing it", flush=True)
+            procs.append((None, None, out_json, key))
+            continue
+        record.unlink(missing_ok=True)
         log = open(out_json.with_suffix(".log"), "w")
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json))
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json, key))
     results = []
-    for proc, log, out_json in procs:
-        if proc.wait() != 0:
-            raise SystemExit(f"evaluation failed: see {out_json.with_suffix('.log')}")
-        log.close()
+    for proc, log, out_json, key in procs:
+        record = out_json.with_suffix(".job.json")
+        if proc is not None:
+            if proc.wait() != 0:
+                raise SystemExit(f"evaluation failed: see {out_json.with_suffix('.log')}")
+            log.close()
+            record.write_text(json.dumps({"key": key, "eval_minutes": (time.time() - t0) / 60}, indent=2))
         result = json.loads(out_json.read_text())
-        result["eval_minutes"] = (time.time() - t0) / 60
+        result["eval_minutes"] = json.loads(record.read_text())["eval_minutes"]
         results.append(result)
     return results
 

@@ -811,6 +811,27 @@ MUTS = [
         ["tests/test_pretrained.py::test_card_says_what_the_model_is_and_what_its_minutes_count"],
     ),
     (
+        "quality runs reuse any finished evaluation, whatever its command",
+        "examples/quality_runs.py",
+        ' and json.loads(record.read_text())["key"] == key:',
+        ":",
+        ["tests/test_quality_runs.py::test_dynamic_again_reuses_only_the_same_evaluation"],
+    ),
+    (
+        "quality runs never reuse a finished evaluation",
+        "examples/quality_runs.py",
+        "        if out_json.exists() and record.exists()",
+        "        if False and out_json.exists() and record.exists()",
+        ["tests/test_quality_runs.py::test_dynamic_again_reuses_only_the_same_evaluation"],
+    ),
+    (
+        "quality runs' evaluation key ignores the model's weights",
+        "examples/quality_runs.py",
+        '"model": {p.name: sha256(p) for p in files}',
+        '"model": {}',
+        ["tests/test_quality_runs.py::test_dynamic_again_reuses_only_the_same_evaluation"],
+    ),
+    (
         "checkpoint: latest takes the newest folder, whole or not",
         T,
         "        if (why := incomplete(folder)) is None:\n            return folder",

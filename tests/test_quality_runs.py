@@ -152,3 +152,38 @@ def test_the_recipe_study_table_ranks_a_run_that_never_reached_a_validation(tmp_
     table = [line for line in (tmp_path / "README.md").read_text().splitlines() if line.startswith("| wt2")]
     assert [line.split(" | ")[0][2:] for line in table] == ["wt2_plain_sgd", "wt2_plain_base", "wt2_plain_full_softmax"]
     assert "| 8.02M | 268.20* |" in table[2] and "| 8.02M | 165.20 |" in table[0]
+
+
+def test_dynamic_again_reuses_only_the_same_evaluation(converged, monkeypatch, tmp_path):
+    """A finished evaluation is not run again by the same command on the same model files and code (a stop during
+    --dynamic's half hour a model loses only what was still running); other flags or other weights run it again."""
+    data, out, _, _ = converged
+    monkeypatch.setattr(quality_runs, "DYNAMIC", TINY_DYNAMIC)
+    quality_runs.main(["--dynamic", "--data", str(data), "--out", str(out)])  # done, or done before by the test above
+    before = (out / "results.json").read_text()
+
+    class Ran(Exception):
+        pass
+
+    def popen(*args, **kwargs):
+        raise Ran(args)
+
+    monkeypatch.setattr(quality_runs.subprocess, "Popen", popen)
+    quality_runs.main(["--dynamic", "--data", str(data), "--out", str(out)])
+    assert (out / "results.json").read_text() == before
+    monkeypatch.setattr(quality_runs, "DYNAMIC", [*TINY_DYNAMIC[:-1], "--cache_grid_windows", "4"])
+    with pytest.raises(Ran):
+        quality_runs.main(["--dynamic", "--data", str(data), "--out", str(out)])
+
+    model = tmp_path / "model"
+    model.mkdir()
+    for f in (out / "ptb_plain").iterdir():
+        if f.is_file():
+            (model / f.name).write_bytes(f.read_bytes())
+    args = ["ROOT/examples/evaluate.py", str(model)]
+    key = quality_runs.job_key(model, args)
+    assert key == quality_runs.job_key(model, args) and str(ROOT) not in json.dumps(key["code"])
+    weights = bytearray((model / "model.safetensors").read_bytes())
+    weights[-1] ^= 1
+    (model / "model.safetensors").write_bytes(bytes(weights))
+    assert quality_runs.job_key(model, args)["model"] != key["model"]
