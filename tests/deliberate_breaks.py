@@ -888,6 +888,27 @@ MUTS = [
         ["tests/test_stage_checkpoints.py"],
     ),
     (
+        "stage checkpoints: the submission's earlier commits not counted",
+        "tools/stage_checkpoints.py",
+        '    return commits + diff_bytes(repo, "--cached", "HEAD")',
+        '    return diff_bytes(repo, "--cached", "HEAD")',
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "stage checkpoints: a file added and later removed counted once",
+        "tools/stage_checkpoints.py",
+        '    blobs = [b for meta in raw[0::2] if meta.startswith(":") for b in meta.split()[2:4] if b.strip("0")]',
+        '    blobs = [meta.split()[3] for meta in raw[0::2] if meta.startswith(":") and meta.split()[3].strip("0")]',
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "stage checkpoints: an overflowing snapshot left staged",
+        "tools/stage_checkpoints.py",
+        '        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)',
+        "        pass",
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
         "checkpoint: written under its final name",
         T,
         "    accelerator.save_state(tmp)",

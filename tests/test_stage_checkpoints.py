@@ -84,3 +84,33 @@ def test_a_checkpoint_that_changed_while_staged_is_not_taken_for_whole(tmp_path,
     git(tmp_path, "add", "run")
     (folder / "model.safetensors").write_bytes(b"w" * 10)
     assert not tool.staged_whole(tmp_path, "run/step_3")
+
+
+def test_a_snapshot_that_would_overflow_the_submission_is_unstaged(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / ".gitignore").write_text("results/converged/*_plain/\n")
+    git(tmp_path, "add", ".gitignore")
+    commit(tmp_path)
+    since = git(tmp_path, "rev-parse", "HEAD").strip()
+    (tmp_path / "big.bin").write_bytes(bytes(range(256)) * 1200)  # 300 KiB, committed, then removed: counts twice
+    git(tmp_path, "add", "big.bin")
+    commit(tmp_path)
+    git(tmp_path, "rm", "-q", "big.bin")
+    commit(tmp_path)
+    run = tmp_path / "results/converged/ptb_plain/step_7"
+    run.mkdir(parents=True)
+    (run / "model.safetensors").write_bytes(b"w" * 100 * 1024)
+    (run / "checkpoint.json").write_text(json.dumps({"step": 7, "files": {"model.safetensors": 100 * 1024}}))
+
+    def run_tool(limit):
+        args = ["results/converged", "--since", since, "--limit_mib", str(limit)]
+        return subprocess.run([sys.executable, str(TOOL), *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+
+    over = run_tool(0.6)  # 2 x 300 KiB + 100 KiB and the manifest: over 614 KiB
+    assert over.returncode != 0 and "0.7 MiB" in over.stderr and "over --limit_mib 0.6" in over.stderr
+    assert git(tmp_path, "diff", "--cached", "--name-only") == ""  # nothing left staged
+    within = run_tool(0.75)
+    assert within.returncode == 0, within.stderr[-3000:]
+    assert "0.7 MiB of diffs" in within.stdout
+    assert "results/converged/ptb_plain/step_7/model.safetensors" in git(tmp_path, "diff", "--cached", "--name-only")

@@ -12,6 +12,12 @@ Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
 that cannot resume. Pause the runs first (pkill -STOP -f examples/train.py), and commit with a plain `git commit`:
 `git commit -a` also records the deletion of a committed checkpoint that a running run has since replaced.
+
+A submission's diffs may add up to 256 MiB, and a whole submission over it is refused: so the tool adds up what the
+commits since --since (default HEAD) and the staged change would submit, counting each changed file's old and new
+contents whole (what a binary file costs; a bound for text), and over --limit_mib it unstages what it staged under the
+ROOTs and stops. Pass the revision the last landed submission ended on, and stage once, near the session's end: each
+snapshot of a WikiText-2 checkpoint (~64 MB a run, ~96 MB once NT-ASGD averages) counts again.
 """
 
 import argparse
@@ -25,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train import MANIFEST, latest_checkpoint  # noqa: E402
 
 STEP = re.compile(r"step_\d+")
+LIMIT_MIB = 200  # the submission limit is 256 MiB of diffs: room for the code, cards and logs beside the snapshot
 
 
 def git(*args: str, repo: Path | None = None) -> str:
@@ -72,11 +79,41 @@ def stage(repo: Path, roots: list[Path]) -> list[str]:
     return kept
 
 
+def blob_sizes(repo: Path, blobs: list[str]) -> list[int]:
+    out = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch-check=%(objectsize)"], input="\n".join(blobs),
+                         check=True, capture_output=True, text=True).stdout.split()  # fmt: skip
+    return [int(n) for n in out]
+
+
+def diff_bytes(repo: Path, *between: str) -> int:
+    """The old and new contents of every file that changes `between` two revisions (or HEAD and the index, given
+    "--cached", "HEAD"), each counted whole."""
+    raw = git("diff", "--raw", "-z", "--no-renames", "--no-abbrev", *between, repo=repo).split("\0")
+    blobs = [b for meta in raw[0::2] if meta.startswith(":") for b in meta.split()[2:4] if b.strip("0")]
+    return sum(blob_sizes(repo, blobs)) if blobs else 0
+
+
+def submission_bytes(repo: Path, since: str) -> int:
+    """What the commits after `since` and the staged change add up to as diffs: commit by commit, so a file added in
+    one and removed in a later one counts twice."""
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True).stdout
+    if not head:  # no commit yet: everything staged is new
+        return diff_bytes(repo, "--cached", git("hash-object", "-t", "tree", "/dev/null", repo=repo).strip())
+    revs = git("rev-list", "--reverse", "--first-parent", f"{since}..HEAD", repo=repo).split()
+    commits = sum(diff_bytes(repo, a, b) for a, b in zip([since, *revs], revs, strict=False))  # each after its parent
+    return commits + diff_bytes(repo, "--cached", "HEAD")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("roots", nargs="*", type=Path, help="folders of run folders inside the repository (default: "
                     "results/converged and results/recipes)")  # fmt: skip
-    given = ap.parse_args(argv).roots
+    ap.add_argument("--since", default="HEAD", help="the revision the submission starts after (default HEAD: only "
+                    "what is staged counts)")  # fmt: skip
+    ap.add_argument("--limit_mib", type=float, default=LIMIT_MIB, help=f"the most the submission's diffs may add up "
+                    f"to (default {LIMIT_MIB})")  # fmt: skip
+    args = ap.parse_args(argv)
+    given = args.roots
     repo = Path(git("rev-parse", "--show-toplevel").strip())  # the repository this is run in
     try:
         roots = [(Path.cwd() / r).resolve().relative_to(repo) for r in given] or [
@@ -88,6 +125,12 @@ def main(argv=None):
     for folder in stage(repo, roots):
         size = sum(p.stat().st_size for p in (repo / folder).iterdir() if p.is_file())
         print(f"staged {folder} ({size / 2**20:.1f} MiB)")
+    total = submission_bytes(repo, args.since) / 2**20
+    if total > args.limit_mib:
+        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)
+        raise SystemExit(f"error: the commits since {args.since} and this staging would submit {total:.1f} MiB of "
+                         f"diffs, over --limit_mib {args.limit_mib:g}; the ROOTs are unstaged again")  # fmt: skip
+    print(f"the commits since {args.since} and this staging: {total:.1f} MiB of diffs (limit {args.limit_mib:g})")
 
 
 if __name__ == "__main__":
