@@ -8,7 +8,8 @@ r"""Train a Pointer Sentinel-LSTM (or the plain LSTM baseline) with Accelerate.
 A config file sets any flag below (and the model under "model"); flags on the command line win. See the README for
 the schemes (`stateful`, `window`), optimisers and the cost of each. Invalid input (a config mistake, a missing or
 empty data file, a tokenizer that does not fit the data) stops the script before training with one `error:` line on
-stderr and exit status 2.
+stderr and exit status 2. SIGUSR1 stops a run at its next epoch end with a checkpoint (see --checkpointing_steps), which
+--resume_from_checkpoint latest goes on from.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -390,25 +392,49 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
 
 
 class BestWeights:
-    """The weights of the best validation so far, saved in checkpoints so a resumed run ends on the same model."""
+    """The weights of the best validation so far, saved in checkpoints so a resumed run ends on the same model.
 
-    def __init__(self):
+    At an epoch end they are often the model's own weights, or with NT-ASGD its average's; a checkpoint then names
+    that source instead of holding a third copy, so the checkpoint a stop at an epoch end leaves is the smallest."""
+
+    SOURCES = ("model", "average")
+
+    def __init__(self, model, averager):
+        self.model, self.averager = model, averager
         self.weights: dict[str, torch.Tensor] | None = None
 
-    def keep(self, model):
-        """Copy the model's state; a tied matrix (one tensor under two names) is copied, and so saved, once."""
+    def source(self, name: str) -> dict[str, torch.Tensor] | None:
+        """The model's state as it is ("model"), or with each averaged Parameter's average in its place ("average"),
+        under every name (a tied matrix: one tensor under two names); None without an average."""
+        if name == "average" and not self.averager.active:
+            return None
+        average = {}
+        if name == "average":
+            average = dict(zip(map(id, self.averager.params), self.averager.average, strict=True))
+        return {n: average.get(id(t), t) for n, t in self.model.state_dict(keep_vars=True).items()}
+
+    def keep(self, name="model"):
+        """Copy the model's state (or a source's); a tied matrix is copied, and so saved, once."""
         copies: dict[int, torch.Tensor] = {}
         self.weights = {}
-        for name, tensor in model.state_dict(keep_vars=True).items():  # a tied matrix: one Parameter, two names
+        for key, tensor in self.source(name).items():
             if id(tensor) not in copies:
                 copies[id(tensor)] = tensor.detach().clone()
-            self.weights[name] = copies[id(tensor)]
+            self.weights[key] = copies[id(tensor)]
 
     def state_dict(self):
+        for name in self.SOURCES if self.weights is not None else ():
+            source = self.source(name)
+            if source is not None and all(torch.equal(w, source[k]) for k, w in self.weights.items()):
+                return {"weights": name}
         return {"weights": self.weights}
 
     def load_state_dict(self, state):
-        self.weights = state["weights"]
+        # accelerate loads the model and the averager (registered before this) first
+        if isinstance(state["weights"], str):
+            self.keep(name=state["weights"])
+        else:
+            self.weights = state["weights"]
 
 
 class TrainState:
@@ -513,7 +539,7 @@ def main(argv=None):
     state = TrainState(args.learning_rate)
     accelerator.register_for_checkpointing(state)
     accelerator.register_for_checkpointing(averager)
-    best = BestWeights()
+    best = BestWeights(raw, averager)
     accelerator.register_for_checkpointing(best)
 
     def save_tied_weights_once(models, weights, _):
@@ -577,6 +603,10 @@ def main(argv=None):
 
     # ---- training ----
     time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
+    # SIGUSR1 asks for a stop at the next epoch end, after its validation: the checkpoint saved there is a run's
+    # smallest (the best weights are the model's or its average's) and resumes as any other
+    if hasattr(signal, "SIGUSR1"):
+        signal.signal(signal.SIGUSR1, lambda *_: accelerator.set_trigger())
     stop, epoch_segments = False, 1
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
@@ -647,7 +677,7 @@ def main(argv=None):
         if improved:
             state.best_val, state.bad_epochs = val, 0
             averager.swap()
-            best.keep(raw)
+            best.keep()
             averager.swap()
         else:
             state.bad_epochs += 1
@@ -670,6 +700,14 @@ def main(argv=None):
             state.stopped = f"validation did not improve{gain} for {args.patience} evaluations in a row"
             accelerator.print(state.stopped + ": stopping")
             break
+        if accelerator.check_trigger() and state.epoch < args.num_train_epochs:  # all ranks agree, once an epoch
+            state.train_seconds = time_limit.elapsed()
+            save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
+            saved = out_dir / f"step_{state.step}"
+            accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
+                              "with --resume_from_checkpoint latest")  # fmt: skip
+            accelerator.end_training()
+            return None
     if state.stopped is None:
         state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 

@@ -250,8 +250,8 @@ MUTS = [
     (
         "loop: best weights copied without the average",
         T,
-        "averager.swap()\n            best.keep(raw)",
-        "best.keep(raw)\n            averager.swap()",
+        "averager.swap()\n            best.keep()",
+        "best.keep()\n            averager.swap()",
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
@@ -907,6 +907,48 @@ MUTS = [
         '        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)',
         "        pass",
         ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "best weights: named as a source they do not equal",
+        T,
+        "            if source is not None and all(torch.equal(w, source[k]) for k, w in self.weights.items()):",
+        "            if source is not None:",
+        ["tests/test_checkpoints.py::test_best_weights_name_an_equal_source_and_load_it_back"],
+    ),
+    (
+        "best weights: the average's source is the live model",
+        T,
+        "            average = dict(zip(map(id, self.averager.params), self.averager.average, strict=True))",
+        "            average = {}",
+        ["tests/test_checkpoints.py::test_best_weights_name_an_equal_source_and_load_it_back"],
+    ),
+    (
+        "best weights: a named source not loaded",
+        T,
+        '            self.keep(name=state["weights"])',
+        "            self.weights = None",
+        [
+            "tests/test_checkpoints.py::test_best_weights_name_an_equal_source_and_load_it_back",
+            "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact",
+        ],
+    ),
+    (
+        "SIGUSR1: the stop never acted on",
+        T,
+        "        if accelerator.check_trigger() and state.epoch < args.num_train_epochs:",
+        "        if False:",
+        [
+            "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
+        ],
+    ),
+    (
+        "SIGUSR1: no checkpoint at the epoch end",
+        T,
+        "            save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)\n            saved = ",
+        "            saved = ",
+        [
+            "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
+        ],
     ),
     (
         "checkpoint: written under its final name",

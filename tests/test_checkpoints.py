@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from test_train import TINY, TRAIN, _env, losses, repeated_sentences, train_module
 
 KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
+SIGNALLER = TRAIN.parents[1] / "tests" / "signal_after_save.py"
 
 # Events of one save (tests/kill_during_save.py counts them): 1 model.safetensors, 2 optimizer.bin,
 # 3 random_states_0.pkl, 4-6 custom_checkpoint_{0,1,2}.pkl, 7 stream_state_0.pt, 8/9 before/after the rename to
@@ -37,8 +38,8 @@ def common_args(corpus, tmp_path):
             "--checkpoints_total_limit", "2", "--resume_from_checkpoint", "latest", "--seed", "5"]  # fmt: skip
 
 
-def run(script, args, kill_at=None):
-    env = {"HF_HUB_OFFLINE": "1", **_env(), **({"KILL_AT": kill_at} if kill_at else {})}
+def run(script, args, kill_at=None, **more_env):
+    env = {"HF_HUB_OFFLINE": "1", **_env(), **({"KILL_AT": kill_at} if kill_at else {}), **more_env}
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -127,3 +128,72 @@ def test_resume_from_an_incomplete_checkpoint_by_name_is_one_error(small_corpus,
         "checkpoint.json: its save did not finish"
     ]
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact(small_corpus, tmp_path):
+    """SIGUSR1 mid-epoch (after the first save, step 1): the run finishes that epoch and its validation, saves a
+    checkpoint there whose best weights are named ("model": the first epoch is the best so far) rather than copied,
+    and exits 0 without results; resumed, it ends bit-exact with a run that was never stopped."""
+    args = common_args(small_corpus, tmp_path)
+    whole = tmp_path / "whole"
+    done = run(TRAIN, [*args, "--output_dir", str(whole)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    epoch_end = next(r["step"] for r in log_rows(whole) if "valid_ppl" in r)
+    stopped = tmp_path / "stopped"
+    done = run(SIGNALLER, [*args, "--output_dir", str(stopped)], SIGNAL_AT="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"stopped after epoch 1 as asked (SIGUSR1), checkpoint {stopped / f'step_{epoch_end}'}" in done.stdout
+    assert not (stopped / "results.json").exists() and not (stopped / "model.safetensors").exists()
+    untimed = [{k: v for k, v in r.items() if k != "targets_per_s"} for r in log_rows(stopped)]
+    assert untimed == [{k: v for k, v in r.items() if k != "targets_per_s"} for r in log_rows(whole)][: len(untimed)]
+    assert "valid_ppl" in untimed[-1] and untimed[-1]["step"] == epoch_end
+    saved = stopped / f"step_{epoch_end}"
+    assert json.loads((saved / "checkpoint.json").read_text())["step"] == epoch_end
+    assert torch.load(saved / "custom_checkpoint_2.pkl", weights_only=True) == {"weights": "model"}
+    done = run(TRAIN, [*args, "--output_dir", str(stopped)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resuming from {saved}" in done.stdout
+    reference = losses(whole)
+    assert all(r["train_loss"] == reference[r["step"]] for r in log_rows(stopped) if "train_loss" in r)
+    a, b = load_file(whole / "model.safetensors"), load_file(stopped / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert json.loads((whole / "results.json").read_text()) | {"train_minutes": 0} == json.loads(
+        (stopped / "results.json").read_text()
+    ) | {"train_minutes": 0}
+
+
+def test_best_weights_name_an_equal_source_and_load_it_back():
+    """The best weights are saved as "model" or "average" only while they equal that source exactly, and load back
+    as its copy, a tied matrix once; otherwise as themselves."""
+    from modeling_pointer_sentinel import PointerSentinelConfig, PointerSentinelForCausalLM
+    from modeling_pointer_sentinel.training import ParameterAverager
+
+    train = train_module()
+    torch.manual_seed(0)
+    cfg = PointerSentinelConfig(vocab_size=30, embedding_size=8, hidden_size=8, num_layers=1, pointer_window=4,
+                                tie_word_embeddings=True)  # fmt: skip
+    model = PointerSentinelForCausalLM(cfg)
+    averager = ParameterAverager(model.parameters())
+    best = train.BestWeights(model, averager)
+    best.keep()
+    assert best.state_dict() == {"weights": "model"}
+    averager.start()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p))
+    averager.update()  # the average is now halfway between the start and the live weights
+    averager.swap()
+    best.keep()  # as the loop keeps them: with the average swapped in
+    averager.swap()
+    kept = {k: v.clone() for k, v in best.weights.items()}
+    assert best.state_dict() == {"weights": "average"}
+    fresh = train.BestWeights(model, averager)
+    fresh.load_state_dict(best.state_dict())
+    assert fresh.weights.keys() == kept.keys() and all(torch.equal(fresh.weights[k], v) for k, v in kept.items())
+    tied = fresh.weights["lm_head.weight"], fresh.weights["model.embed_tokens.weight"]
+    assert tied[0].data_ptr() == tied[1].data_ptr()
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    averager.update()  # both sources moved on: the best weights are saved as themselves
+    saved = best.state_dict()["weights"]
+    assert isinstance(saved, dict) and all(torch.equal(saved[k], v) for k, v in kept.items())
