@@ -951,6 +951,13 @@ MUTS = [
         ],
     ),
     (
+        "quality runs: a run stopped by SIGUSR1 taken for finished",
+        "examples/quality_runs.py",
+        '    if stopped := [kind for kind, run_dir in runs.items() if not (run_dir / "results.json").exists()]:',
+        "    if stopped := []:",
+        ["tests/test_quality_runs.py::test_a_run_stopped_by_sigusr1_is_reported_and_the_same_pair_resumes"],
+    ),
+    (
         "checkpoint: written under its final name",
         T,
         "    accelerator.save_state(tmp)",

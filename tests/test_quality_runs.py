@@ -187,3 +187,45 @@ def test_dynamic_again_reuses_only_the_same_evaluation(converged, monkeypatch, t
     weights[-1] ^= 1
     (model / "model.safetensors").write_bytes(bytes(weights))
     assert quality_runs.job_key(model, args)["model"] != key["model"]
+
+
+def test_a_run_stopped_by_sigusr1_is_reported_and_the_same_pair_resumes(tmp_path, monkeypatch):
+    """SIGUSR1 to one of the pair's train.py processes (sent once its first checkpoint exists, from another thread):
+    train_pair says which run stopped and how to go on, rather than fail on a missing results.json; called again, it
+    resumes that run from its epoch-end checkpoint and keeps the finished one."""
+    import os
+    import signal
+    import threading
+    import time
+
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_corpora(data)
+    out.mkdir()
+    monkeypatch.setattr(quality_runs, "MODEL", {**quality_runs.MODEL, **TINY_MODEL})
+    training = {**quality_runs.CONVERGE, **TINY_TRAINING, "num_train_epochs": 4, "patience": 100,
+                "checkpointing_steps": 40}  # fmt: skip
+    run_dir = out / "ptb_pointer"
+
+    def signal_the_pointer_run():
+        deadline = time.time() + 240
+        while time.time() < deadline and not list(run_dir.glob("step_*")):
+            time.sleep(0.05)
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if str(run_dir).encode() in cmdline and any(a.endswith(b"train.py") for a in cmdline):
+                os.kill(int(proc.name), signal.SIGUSR1)
+
+    sender = threading.Thread(target=signal_the_pointer_run)
+    sender.start()
+    with pytest.raises(SystemExit, match=r"ptb: pointer stopped at an epoch end as asked \(SIGUSR1\); the same"):
+        quality_runs.train_pair("ptb", out, data, training, [])
+    sender.join()
+    assert (out / "ptb_plain" / "results.json").exists() and not (run_dir / "results.json").exists()
+    stopped_at = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines()][-1]
+    assert "valid_ppl" in stopped_at and stopped_at["epoch"] < 3
+    runs = quality_runs.train_pair("ptb", out, data, training, ["--resume_from_checkpoint", "latest"])
+    assert json.loads((runs["pointer"] / "results.json").read_text())["epochs"] == 4
+    assert "resuming from" in (out / "ptb_pointer.train.log").read_text()
