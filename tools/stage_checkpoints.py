@@ -10,14 +10,17 @@ code, which evaluate.py and export_pretrained.py take from the package) are stag
 is all that --dynamic and export_pretrained.py read, and what quality_runs.py takes for a finished run.
 Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
-that cannot resume. Pause the runs first (pkill -STOP -f examples/train.py), and commit with a plain `git commit`:
+that cannot resume. Stop the runs at their next epoch end first (pkill -USR1 -f examples/train.py: each saves its
+smallest checkpoint there and exits; the same command resumes it), or pause them (pkill -STOP -f examples/train.py),
+and commit with a plain `git commit`:
 `git commit -a` also records the deletion of a committed checkpoint that a running run has since replaced.
 
 A submission's diffs may add up to 256 MiB, and a whole submission over it is refused: so the tool adds up what the
 commits since --since (default HEAD) and the staged change would submit, counting each changed file's old and new
 contents whole (what a binary file costs; a bound for text), and over --limit_mib it unstages what it staged under the
 ROOTs and stops. Pass the revision the last landed submission ended on, and stage once, near the session's end: each
-snapshot of a WikiText-2 checkpoint (~64 MB a run, ~96 MB once NT-ASGD averages) counts again.
+snapshot counts again, and so does the deletion of the one it replaces. A WikiText-2 2x200 checkpoint holds 32 MB a
+copy of the weights: one copy at an epoch end before NT-ASGD averages, two after (a mid-epoch one: two, then three).
 """
 
 import argparse
