@@ -17,8 +17,9 @@ DIR holds your copies of ptb/ptb.{train,valid,test}.txt and wikitext-2/wiki.{tra
 epochs in a row; --recipe sgd: GluonNLP's SGD at 20 with NT-ASGD averaging (batch 20, clip 0.25): 5 such epochs
 before the averaging starts it, after it each lowers the LR x0.25 and 5 in a row stop; its files and results.json
 block named NAME_sgd. Checkpoints every 200 updates; running the same command again resumes each unfinished model
-where it stopped. `pkill -USR1 -f examples/train.py` stops each run at its next epoch end with its smallest checkpoint
-(what tools/stage_checkpoints.py commits for the next machine).
+where it stopped. `pkill -USR1 -f "examples/train.py --config .*results/converged"` stops each run at its next epoch
+end with a checkpoint there, the smallest when that epoch improved (what tools/stage_checkpoints.py commits for the
+next machine).
 WikiText-2 (33,278 words) uses an adaptive softmax (WT2_CUTOFFS; the sgd recipe's own, RECIPE_MODEL) in both models,
 the same recipe otherwise. Each
 dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_cache", "pointer_off"}, "wt2": ...,
@@ -123,8 +124,9 @@ def train_pair(name: str, out: Path, data: Path | None, training: dict, extra: l
         if proc.wait() != 0:
             raise SystemExit(f"training {tag}/{kind} failed: see {out / f'{tag}_{kind}.train.log'}")
     if stopped := [kind for kind, run_dir in runs.items() if not (run_dir / "results.json").exists()]:
+        again = "resumes from the checkpoint saved there" if "latest" in extra else "starts it afresh (not resumed)"
         raise SystemExit(f"{tag}: {', '.join(stopped)} stopped at an epoch end as asked (SIGUSR1); the same command "
-                         "resumes from the checkpoint saved there")  # fmt: skip
+                         f"{again}")  # fmt: skip
     for kind, run_dir in runs.items():  # keep the logs beside the (ignored) model directories
         shutil.copy(run_dir / "log.jsonl", out / f"{tag}_{kind}.log.jsonl")
         shutil.copy(run_dir / "results.json", out / f"{tag}_{kind}.results.json")

@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -433,8 +434,15 @@ class BestWeights:
         # accelerate loads the model and the averager (registered before this) first
         if isinstance(state["weights"], str):
             self.keep(name=state["weights"])
+        elif state["weights"] is not None:  # accelerate loads custom objects on the CPU: onto the model's device
+            device, moved, self.weights = next(self.model.parameters()).device, {}, {}
+            for k, t in state["weights"].items():  # a tied matrix: two tensors on one storage, moved once
+                view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
+                if view not in moved:
+                    moved[view] = t.to(device)
+                self.weights[k] = moved[view]
         else:
-            self.weights = state["weights"]
+            self.weights = None
 
 
 class TrainState:
@@ -457,6 +465,11 @@ class TrainState:
 
 def main(argv=None):
     args = parse_args(argv)
+    # SIGUSR1 asks for a stop at the next epoch end, with a checkpoint there (its smallest: the best weights are then
+    # often the model's or its average's, saved by name). Caught from here on, so a run still loading is not killed.
+    asked_to_stop = threading.Event()
+    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, lambda *_: asked_to_stop.set())
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     accelerator = Accelerator(
@@ -603,11 +616,15 @@ def main(argv=None):
 
     # ---- training ----
     time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
-    # SIGUSR1 asks for a stop at the next epoch end, after its validation: the checkpoint saved there is a run's
-    # smallest (the best weights are the model's or its average's) and resumes as any other
-    if hasattr(signal, "SIGUSR1"):
-        signal.signal(signal.SIGUSR1, lambda *_: accelerator.set_trigger())
-    stop, epoch_segments = False, 1
+
+    def stop_asked() -> bool:
+        """At an epoch end that is not training's last: whether SIGUSR1 reached any rank (all ranks call this)."""
+        if asked_to_stop.is_set():
+            asked_to_stop.clear()
+            accelerator.set_trigger()
+        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()
+
+    stop, epoch_segments, paused = False, 1, False
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
         schedule = segment_schedule(train.shape[1], args.scheme, args.bptt, stride, cfg.pointer_window,
@@ -670,6 +687,8 @@ def main(argv=None):
             accelerator.print(f"epoch {state.epoch + 1} done | lr {state.lr:g}")
             log({"step": state.step, "epoch": state.epoch, "lr": state.lr})
             state.epoch, state.segment, cache = state.epoch + 1, 0, PointerSentinelCache()
+            if paused := stop_asked():
+                break
             continue
         val = evaluate("validation")
         state.val_losses.append(val)
@@ -700,14 +719,16 @@ def main(argv=None):
             state.stopped = f"validation did not improve{gain} for {args.patience} evaluations in a row"
             accelerator.print(state.stopped + ": stopping")
             break
-        if accelerator.check_trigger() and state.epoch < args.num_train_epochs:  # all ranks agree, once an epoch
-            state.train_seconds = time_limit.elapsed()
-            save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
-            saved = out_dir / f"step_{state.step}"
-            accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
-                              "with --resume_from_checkpoint latest")  # fmt: skip
-            accelerator.end_training()
-            return None
+        if paused := stop_asked():
+            break
+    if paused:  # a checkpoint at the epoch end, and no results: the run is not over
+        state.train_seconds = time_limit.elapsed()
+        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
+        saved = out_dir / f"step_{state.step}"
+        accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
+                          "with --resume_from_checkpoint latest")  # fmt: skip
+        accelerator.end_training()
+        return None
     if state.stopped is None:
         state.stopped = f"num_train_epochs ({args.num_train_epochs})"
 

@@ -897,15 +897,29 @@ MUTS = [
     (
         "stage checkpoints: a file added and later removed counted once",
         "tools/stage_checkpoints.py",
-        '    blobs = [b for meta in raw[0::2] if meta.startswith(":") for b in meta.split()[2:4] if b.strip("0")]',
-        '    blobs = [meta.split()[3] for meta in raw[0::2] if meta.startswith(":") and meta.split()[3].strip("0")]',
+        '                blobs += [b for b, mode in ((old, old_mode), (new, new_mode)) if b.strip("0") and mode != "160000"]',
+        '                blobs += [b for b, mode in ((new, new_mode),) if b.strip("0") and mode != "160000"]',
         ["tests/test_stage_checkpoints.py"],
     ),
     (
         "stage checkpoints: an overflowing snapshot left staged",
         "tools/stage_checkpoints.py",
-        '        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)',
+        '        git("reset", "-q", before, "--", *(r.as_posix() for r in roots), repo=repo)',
         "        pass",
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "stage checkpoints: an overflow unstages what was staged before the tool ran",
+        "tools/stage_checkpoints.py",
+        '        git("reset", "-q", before, "--", *(r.as_posix() for r in roots), repo=repo)',
+        '        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)',
+        ["tests/test_stage_checkpoints.py"],
+    ),
+    (
+        "stage checkpoints: --since not checked before staging",
+        "tools/stage_checkpoints.py",
+        "    if done.returncode and head.stdout:",
+        "    if False:",
         ["tests/test_stage_checkpoints.py"],
     ),
     (
@@ -956,6 +970,20 @@ MUTS = [
         '    if stopped := [kind for kind, run_dir in runs.items() if not (run_dir / "results.json").exists()]:',
         "    if stopped := []:",
         ["tests/test_quality_runs.py::test_a_run_stopped_by_sigusr1_is_reported_and_the_same_pair_resumes"],
+    ),
+    (
+        "SIGUSR1: ignored without a validation split",
+        T,
+        "            if paused := stop_asked():\n                break\n            continue",
+        "            continue",
+        ["tests/test_checkpoints.py::test_sigusr1_stops_a_run_without_validation_at_its_epoch_end"],
+    ),
+    (
+        "SIGUSR1: a run at its step limit stopped instead of finished",
+        T,
+        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        ["tests/test_checkpoints.py::test_sigusr1_stops_a_run_without_validation_at_its_epoch_end"],
     ),
     (
         "checkpoint: written under its final name",

@@ -197,3 +197,21 @@ def test_best_weights_name_an_equal_source_and_load_it_back():
     averager.update()  # both sources moved on: the best weights are saved as themselves
     saved = best.state_dict()["weights"]
     assert isinstance(saved, dict) and all(torch.equal(saved[k], v) for k, v in kept.items())
+
+
+def test_sigusr1_stops_a_run_without_validation_at_its_epoch_end(small_corpus, tmp_path):
+    """With nothing to validate on, the epoch end is still where a stop asked for mid-epoch lands."""
+    args = common_args(small_corpus, tmp_path)
+    i = args.index("--validation_file")
+    del args[i : i + 2]
+    out = tmp_path / "out"
+    done = run(SIGNALLER, [*args, "--output_dir", str(out)], SIGNAL_AT="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    epoch_end = next(r["step"] for r in log_rows(out) if "train_loss" not in r)  # the "epoch done" row
+    assert f"stopped after epoch 1 as asked (SIGUSR1), checkpoint {out / f'step_{epoch_end}'}" in done.stdout
+    assert not (out / "results.json").exists()
+    # a run whose step limit ends it at that same epoch end finishes there, asked or not
+    limited = [*args, "--output_dir", str(tmp_path / "limited"), "--max_train_steps", str(epoch_end)]
+    done = run(SIGNALLER, limited, SIGNAL_AT="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "as asked" not in done.stdout and (tmp_path / "limited" / "results.json").exists()

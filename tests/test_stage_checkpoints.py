@@ -102,15 +102,25 @@ def test_a_snapshot_that_would_overflow_the_submission_is_unstaged(tmp_path):
     (run / "model.safetensors").write_bytes(b"w" * 100 * 1024)
     (run / "checkpoint.json").write_text(json.dumps({"step": 7, "files": {"model.safetensors": 100 * 1024}}))
 
-    def run_tool(limit):
-        args = ["results/converged", "--since", since, "--limit_mib", str(limit)]
+    def run_tool(limit, *more):
+        args = ["results/converged", "--since", since, "--limit_mib", str(limit), *more]
         return subprocess.run([sys.executable, str(TOOL), *args], cwd=tmp_path, capture_output=True, text=True,
                               timeout=300)  # fmt: skip
 
-    over = run_tool(0.6)  # 2 x 300 KiB + 100 KiB and the manifest: over 614 KiB
-    assert over.returncode != 0 and "0.7 MiB" in over.stderr and "over --limit_mib 0.6" in over.stderr
-    assert git(tmp_path, "diff", "--cached", "--name-only") == ""  # nothing left staged
-    within = run_tool(0.75)
+    within = run_tool(0.75)  # 2 x 300 KiB + 100 KiB and the manifest: 0.7 MiB
     assert within.returncode == 0, within.stderr[-3000:]
     assert "0.7 MiB of diffs" in within.stdout
-    assert "results/converged/ptb_plain/step_7/model.safetensors" in git(tmp_path, "diff", "--cached", "--name-only")
+    staged = git(tmp_path, "diff", "--cached", "--name-only")
+    assert "results/converged/ptb_plain/step_7/model.safetensors" in staged
+    shutil.rmtree(run)  # the run went on: a bigger checkpoint replaced it
+    (run.parent / "step_9").mkdir()
+    (run.parent / "step_9" / "model.safetensors").write_bytes(b"w" * 200 * 1024)
+    (run.parent / "step_9" / "checkpoint.json").write_text(
+        json.dumps({"step": 9, "files": {"model.safetensors": 200 * 1024}})
+    )
+    over = run_tool(0.75)  # 2 x 300 KiB + 200 KiB and the manifest: over 768 KiB
+    assert over.returncode != 0 and "0.8 MiB" in over.stderr and "over --limit_mib 0.75" in over.stderr
+    assert git(tmp_path, "diff", "--cached", "--name-only") == staged  # the index as the tool found it
+    bad = run_tool(0.75, "--since", "no-such-revision")
+    assert bad.returncode != 0 and "--since no-such-revision is not a commit" in bad.stderr
+    assert git(tmp_path, "diff", "--cached", "--name-only") == staged

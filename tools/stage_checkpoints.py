@@ -10,8 +10,8 @@ code, which evaluate.py and export_pretrained.py take from the package) are stag
 is all that --dynamic and export_pretrained.py read, and what quality_runs.py takes for a finished run.
 Each staged checkpoint is checked against its manifest as git holds it, and
 the one it replaces is unstaged only then: a run that saved or tidied meanwhile makes this an error, not a commit
-that cannot resume. Stop the runs at their next epoch end first (pkill -USR1 -f examples/train.py: each saves its
-smallest checkpoint there and exits; the same command resumes it), or pause them (pkill -STOP -f examples/train.py),
+that cannot resume. Stop the runs at their next epoch end first (pkill -USR1 -f "examples/train.py --config": each
+saves a checkpoint there and exits; the same command resumes it), or pause them (pkill -STOP -f examples/train.py),
 and commit with a plain `git commit`:
 `git commit -a` also records the deletion of a committed checkpoint that a running run has since replaced.
 
@@ -20,7 +20,8 @@ commits since --since (default HEAD) and the staged change would submit, countin
 contents whole (what a binary file costs; a bound for text), and over --limit_mib it unstages what it staged under the
 ROOTs and stops. Pass the revision the last landed submission ended on, and stage once, near the session's end: each
 snapshot counts again, and so does the deletion of the one it replaces. A WikiText-2 2x200 checkpoint holds 32 MB a
-copy of the weights: one copy at an epoch end before NT-ASGD averages, two after (a mid-epoch one: two, then three).
+copy of the weights; with SGD, at an epoch end that improved, one copy before NT-ASGD averages and two after (mid-epoch
+or after a stall: one more).
 """
 
 import argparse
@@ -90,21 +91,36 @@ def blob_sizes(repo: Path, blobs: list[str]) -> list[int]:
 
 def diff_bytes(repo: Path, *between: str) -> int:
     """The old and new contents of every file that changes `between` two revisions (or HEAD and the index, given
-    "--cached", "HEAD"), each counted whole."""
+    "--cached", "HEAD"), each counted whole; a submodule's commit and a change of mode alone count nothing."""
     raw = git("diff", "--raw", "-z", "--no-renames", "--no-abbrev", *between, repo=repo).split("\0")
-    blobs = [b for meta in raw[0::2] if meta.startswith(":") for b in meta.split()[2:4] if b.strip("0")]
+    blobs = []
+    for meta in raw[0::2]:
+        if meta.startswith(":"):
+            old_mode, new_mode, old, new = meta[1:].split()[:4]
+            if old != new:
+                blobs += [b for b, mode in ((old, old_mode), (new, new_mode)) if b.strip("0") and mode != "160000"]
     return sum(blob_sizes(repo, blobs)) if blobs else 0
 
 
 def submission_bytes(repo: Path, since: str) -> int:
-    """What the commits after `since` and the staged change add up to as diffs: commit by commit, so a file added in
-    one and removed in a later one counts twice."""
+    """What the commits after `since` and the staged change add up to as diffs: each commit against its first
+    parent, so a file added in one and removed in a later one counts twice."""
+    empty = git("hash-object", "-t", "tree", "/dev/null", repo=repo).strip()
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True).stdout
     if not head:  # no commit yet: everything staged is new
-        return diff_bytes(repo, "--cached", git("hash-object", "-t", "tree", "/dev/null", repo=repo).strip())
-    revs = git("rev-list", "--reverse", "--first-parent", f"{since}..HEAD", repo=repo).split()
-    commits = sum(diff_bytes(repo, a, b) for a, b in zip([since, *revs], revs, strict=False))  # each after its parent
+        return diff_bytes(repo, "--cached", empty)
+    lines = git("rev-list", "--parents", "--first-parent", f"{since}..HEAD", repo=repo).splitlines()
+    commits = sum(diff_bytes(repo, (ids + [empty])[1], ids[0]) for ids in (line.split() for line in lines))
     return commits + diff_bytes(repo, "--cached", "HEAD")
+
+
+def resolve(repo: Path, since: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"{since}^{{commit}}"],
+                          capture_output=True, text=True)  # fmt: skip
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True)
+    if done.returncode and head.stdout:  # before the first commit there is nothing to count from
+        raise SystemExit(f"error: --since {since} is not a commit of {repo}")
+    return done.stdout.strip()
 
 
 def main(argv=None):
@@ -125,14 +141,16 @@ def main(argv=None):
         ]
     except ValueError:
         raise SystemExit(f"error: every ROOT must lie inside {repo}") from None
+    since = resolve(repo, args.since)
+    before = git("write-tree", repo=repo).strip()  # the index as it was, to go back to
     for folder in stage(repo, roots):
         size = sum(p.stat().st_size for p in (repo / folder).iterdir() if p.is_file())
         print(f"staged {folder} ({size / 2**20:.1f} MiB)")
-    total = submission_bytes(repo, args.since) / 2**20
+    total = submission_bytes(repo, since) / 2**20
     if total > args.limit_mib:
-        git("reset", "-q", "--", *(r.as_posix() for r in roots), repo=repo)
+        git("reset", "-q", before, "--", *(r.as_posix() for r in roots), repo=repo)
         raise SystemExit(f"error: the commits since {args.since} and this staging would submit {total:.1f} MiB of "
-                         f"diffs, over --limit_mib {args.limit_mib:g}; the ROOTs are unstaged again")  # fmt: skip
+                         f"diffs, over --limit_mib {args.limit_mib:g}; the ROOTs are staged as before")  # fmt: skip
     print(f"the commits since {args.since} and this staging: {total:.1f} MiB of diffs (limit {args.limit_mib:g})")
 
 
