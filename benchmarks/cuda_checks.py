@@ -8,7 +8,8 @@
 2. The fast decode step on CUDA gives generate's forward tokens (greedy, fp32 and under bf16 weights).
 3. A training step's targets/s, fp32 weights against bf16 autocast, side by side (the public call:
    model(ids, labels=ids), backward, SGD step) at 2x200 and 2x650.
-4. A train.py checkpoint saved on the GPU resumes on the CPU (--cpu), and one saved on the CPU resumes on the GPU.
+4. A train.py checkpoint saved on the GPU resumes on the CPU (--cpu), and one saved on the CPU resumes on the GPU,
+   best weights included, and saves again there.
 """
 
 import argparse
@@ -134,23 +135,33 @@ def decode_parity(model, dtype) -> str:
 
 
 def cross_device_resume() -> str:
-    """examples/train.py: 4 updates on one device with a checkpoint every 2, then `--resume_from_checkpoint latest`
-    for 2 more on the other (the tiny config on the bundled WikiText-2 slice the tests use)."""
+    """examples/train.py: 30 updates on one device with a checkpoint every 2, across an epoch end (so the checkpoint
+    holds best weights of its own, which accelerate loads on the CPU), then `--resume_from_checkpoint latest` for 4
+    more on the other device, saving twice there (each save compares the best weights with the model's)."""
+    import random
     import subprocess
     import tempfile
 
     root = Path(__file__).resolve().parents[1]
-    train = [sys.executable, str(root / "examples" / "train.py"), "--config", str(root / "examples" / "configs" /
-             "tiny_test.json"), "--checkpointing_steps", "2", "--resume_from_checkpoint", "latest"]  # fmt: skip
     lines = []
     for first, then in ((["--cpu"], []), ([], ["--cpu"])):
         with tempfile.TemporaryDirectory() as out:
-            runs = [subprocess.run([*train, "--output_dir", out, "--max_train_steps", str(n), *flags],
-                                   capture_output=True, text=True) for n, flags in ((4, first), (6, then))]  # fmt: skip
+            rng, files = random.Random(0), {}
+            for split, n in (("train", 60), ("valid", 15), ("test", 15)):  # an epoch of 24 updates
+                files[split] = Path(out) / f"{split}.txt"
+                files[split].write_text("\n".join(" ".join(f"w{rng.randrange(30)}" for _ in range(8)) for _ in
+                                                  range(n)) + "\n")  # fmt: skip
+            train = [sys.executable, str(root / "examples" / "train.py"), "--config", str(root / "examples" /
+                     "configs" / "tiny_test.json"), "--checkpointing_steps", "2", "--resume_from_checkpoint", "latest",
+                     "--train_file", str(files["train"]), "--validation_file", str(files["valid"]), "--test_file",
+                     str(files["test"]), "--output_dir", str(Path(out) / "run")]  # fmt: skip
+            runs = [subprocess.run([*train, "--max_train_steps", str(n), *flags], capture_output=True, text=True)
+                    for n, flags in ((30, first), (34, then))]  # fmt: skip
             where = lambda flags: "CPU" if flags else "GPU"  # noqa: E731
             ok = all(r.returncode == 0 for r in runs) and "resuming from" in runs[1].stdout + runs[1].stderr
             tail = "" if ok else ": " + " ".join((runs[1].stderr or runs[0].stderr).split())[-300:]
-            lines.append(f"- a checkpoint saved on the {where(first)} resumes on the {where(then)}: {ok}{tail}")
+            lines.append(f"- a checkpoint saved on the {where(first)} (best weights in it) resumes on the "
+                         f"{where(then)} and saves again: {ok}{tail}")  # fmt: skip
     return "\n".join(lines)
 
 
