@@ -949,8 +949,8 @@ MUTS = [
     (
         "SIGUSR1: the stop never acted on",
         T,
-        "        if accelerator.check_trigger() and state.epoch < args.num_train_epochs:",
-        "        if False:",
+        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return False",
         [
             "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
         ],
@@ -958,8 +958,8 @@ MUTS = [
     (
         "SIGUSR1: no checkpoint at the epoch end",
         T,
-        "            save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)\n            saved = ",
-        "            saved = ",
+        "        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)\n        saved = ",
+        "        saved = ",
         [
             "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
         ],
