@@ -17,11 +17,11 @@ and commit with a plain `git commit`:
 
 A submission's diffs may add up to 256 MiB, and a whole submission over it is refused: so the tool adds up what the
 commits since --since (default HEAD) and the staged change would submit, counting each changed file's old and new
-contents whole (what a binary file costs; a bound for text), and over --limit_mib it unstages what it staged under the
-ROOTs and stops. Pass the revision the last landed submission ended on, and stage once, near the session's end: each
-snapshot counts again, and so does the deletion of the one it replaces. A WikiText-2 2x200 checkpoint holds 32 MB a
-copy of the weights; with SGD, at an epoch end that improved, one copy before NT-ASGD averages and two after (mid-epoch
-or after a stall: one more).
+contents whole (what a binary file costs; a bound for text), and over --limit_mib it puts the ROOTs' index back as it
+found them and stops. Pass the revision the last landed submission ended on, and stage once, near the session's
+end: each snapshot counts again, and so does the deletion of the one it replaces. A WikiText-2 2x200 checkpoint holds
+32 MB a copy of the weights; with SGD, at an epoch end that improved, one copy before NT-ASGD averages and two after
+(mid-epoch or after a stall: one more).
 """
 
 import argparse
@@ -102,12 +102,17 @@ def diff_bytes(repo: Path, *between: str) -> int:
     return sum(blob_sizes(repo, blobs)) if blobs else 0
 
 
+def has_commit(repo: Path) -> bool:
+    return bool(
+        subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True).stdout
+    )
+
+
 def submission_bytes(repo: Path, since: str) -> int:
     """What the commits after `since` and the staged change add up to as diffs: each commit against its first
     parent, so a file added in one and removed in a later one counts twice."""
     empty = git("hash-object", "-t", "tree", "/dev/null", repo=repo).strip()
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True).stdout
-    if not head:  # no commit yet: everything staged is new
+    if not has_commit(repo):  # no commit yet: everything staged is new
         return diff_bytes(repo, "--cached", empty)
     lines = git("rev-list", "--parents", "--first-parent", f"{since}..HEAD", repo=repo).splitlines()
     commits = sum(diff_bytes(repo, (ids + [empty])[1], ids[0]) for ids in (line.split() for line in lines))
@@ -117,8 +122,7 @@ def submission_bytes(repo: Path, since: str) -> int:
 def resolve(repo: Path, since: str) -> str:
     done = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"{since}^{{commit}}"],
                           capture_output=True, text=True)  # fmt: skip
-    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True)
-    if done.returncode and head.stdout:  # before the first commit there is nothing to count from
+    if done.returncode and has_commit(repo):  # before the first commit there is nothing to count from
         raise SystemExit(f"error: --since {since} is not a commit of {repo}")
     return done.stdout.strip()
 
