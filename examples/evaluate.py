@@ -14,6 +14,7 @@ status 2.
 """
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -88,6 +89,9 @@ def parse_args(argv=None):
     a("--dynamic_grid_lambdas", type=float, nargs="+", default=DYN_GRID_LAMBDAS)
     a("--dynamic_grid_segments", type=int, nargs="+", default=[5, 20])
     a("--dynamic_grid_tokens", type=int, default=10000, help="the grid scores the first N validation tokens")
+    a("--dynamic_grid_memo", help="with --dynamic_grid: a JSON-lines file that keeps each scored point as it finishes; "
+      "a later run reads the points scored with the same weights, statistics, tokens, epsilon and code, so a stopped "
+      "grid resumes")  # fmt: skip
     a("--grid_extensions", type=int, default=6, help="--cache_grid, --dynamic_grid: while the choice is at an edge "
       "of its grid, add a value beyond it (the grid's step continued), at most this many; 0: none")  # fmt: skip
     a("--dynamic_pointer_off", action="store_true", help="also the pointer model with its pointer switched off "
@@ -118,6 +122,8 @@ def parse_args(argv=None):
             p.error(f"--cache_grid_{axis} needs --cache_grid")
     if args.dynamic_grid and not args.dynamic:
         p.error("--dynamic_grid needs --dynamic")
+    if args.dynamic_grid_memo and not args.dynamic_grid:
+        p.error("--dynamic_grid_memo needs --dynamic_grid")
     check_ranges(p, args, RANGES)
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
@@ -282,6 +288,53 @@ def main(argv=None):
     return results
 
 
+class GridMemo:
+    """--dynamic_grid_memo: the dynamic grid's scored points, one JSON line each, under a digest of everything a
+    point's score depends on (weights, gradient statistics, the grid's tokens, epsilon, objective, the package's code).
+    Points under another digest are ignored; a line cut short by a kill is dropped."""
+
+    def __init__(self, path: Path | None, model, stats, tokens: torch.Tensor, epsilon: float):
+        self.path, self.rows = path, {}
+        digest = hashlib.sha256(repr((stats.objective, stats.tokens, epsilon)).encode())
+        tensors = [*model.state_dict().values(), *stats.rms.values(), tokens]  # state_dict: tied weights repeat
+        for t in tensors:
+            digest.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
+        for f in sorted(Path(modeling_pointer_sentinel.__file__).parent.glob("*.py")):
+            digest.update(f.read_bytes())
+        self.context = digest.hexdigest()
+        lines = path.read_text().splitlines() if path is not None and path.exists() else []
+        kept = []
+        for line in lines:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kept.append(line)
+            if row.pop("context", None) == self.context:
+                self.rows[self.key(row)] = row
+        if path is not None and len(kept) < len(lines):
+            path.write_text("".join(f"{line}\n" for line in kept))
+        if self.rows:
+            print(f"{path}: {len(self.rows)} points of this grid scored before are kept", file=sys.stderr)
+
+    @staticmethod
+    def key(point: dict) -> tuple:
+        return point["lr"], point["lam"], point["segment_length"]
+
+    def search(self, score, points: list[dict], progress) -> list[dict]:
+        """`score(points)` on the points not kept yet, each kept as it finishes; rows best first."""
+        for point in points:
+            if self.key(point) in self.rows:
+                progress.update(1)
+                continue
+            (row,) = score([point])
+            if self.path is not None:
+                with self.path.open("a") as f:
+                    f.write(json.dumps({**row, "context": self.context}) + "\n")
+            self.rows[self.key(point)] = row
+        return sorted((self.rows[self.key(p)] for p in points), key=lambda r: r["ppl"])
+
+
 def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     """Gradient statistics, the grid on validation (with --dynamic_grid), then dynamic evaluation of the split; the
     results' keys end in `_pointer_off` for the vocabulary objective (the pointer switched off)."""
@@ -297,11 +350,17 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     if args.dynamic_grid:
         val = ids["validation"][: args.dynamic_grid_tokens + 1]
         grid_tokens = val.numel() - 1
+        memo = GridMemo(args.dynamic_grid_memo and Path(args.dynamic_grid_memo), model, stats, val,
+                        args.dynamic_epsilon)  # fmt: skip
 
         def search(grid_lr, grid_lam, segment_length, progress):  # the grid's lr and lambda are per 5 targets
             points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s, grid_lr=x, grid_lam=y)
                       for s in segment_length for x in grid_lr for y in grid_lam]  # fmt: skip
-            return dynamic_grid_search(model, val, stats, points, args.dynamic_epsilon, progress=progress)
+
+            def score(todo):
+                return dynamic_grid_search(model, val, stats, todo, args.dynamic_epsilon, progress=progress)
+
+            return memo.search(score, points, progress)
 
         axes = dict(grid_lr=args.dynamic_grid_lrs, grid_lam=args.dynamic_grid_lambdas,
                     segment_length=args.dynamic_grid_segments)  # fmt: skip

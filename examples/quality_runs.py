@@ -28,7 +28,8 @@ dataset adds its block to OUT/results.json ({"ptb": {"pointer", "plain", "plain_
 the shipped folder in pretrained/), at batch size 1 with lr, lambda and segment length chosen on the first 10,000
 validation tokens, and the neural cache on top; adds <kind>_dynamic and <kind>_dynamic_cache rows to the dataset's
 block, each with its settings and the examples/evaluate.py command that reproduces it. An evaluation already
-written by the same command on the same model files and code (its .job.json) is reused, not run again.
+written by the same command on the same model files and code (its .job.json) is reused, not run again, and a
+stopped grid keeps the points it scored (OUT/<dataset>_<kind>.dynamic_grid.jsonl).
 --minutes: a fixed wall-clock budget per model (not convergence). Writes OUT/results.json, OUT/results.md and
 pictures to OUT/<dataset>_plots/.
 
@@ -298,7 +299,8 @@ def dynamic(out: Path, data: Path | None, name: str, recipe: str = "adamw") -> d
         models[kind] = run_dir if (run_dir / "config.json").exists() else shipped
         if not (models[kind] / "config.json").exists():
             raise SystemExit(f"--dynamic: no {name} {kind} model in {run_dir} or {shipped}")
-        jobs.append((models[kind], name, out / f"{tag}_{kind}.dynamic.json", DYNAMIC))
+        memo = ["--dynamic_grid_memo", str(out / f"{tag}_{kind}.dynamic_grid.jsonl")]  # a stopped grid resumes
+        jobs.append((models[kind], name, out / f"{tag}_{kind}.dynamic.json", [*DYNAMIC, *memo]))
     evals = dict(zip(models, evaluate_all(jobs, data), strict=True))
     block = results[tag]
     flags = " ".join([*data_flags(Path("DIR"), name), *DYNAMIC])

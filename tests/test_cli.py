@@ -347,6 +347,11 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
     ("evaluate.py", ["model", "--cache_window", "0"], "--cache_window must be >= 1, got 0"),
     ("evaluate.py", ["model", "--dynamic", "--dynamic_segment", "0"], "--dynamic_segment must be >= 1, got 0"),
     ("evaluate.py", ["model", "--dynamic_grid"], "--dynamic_grid needs --dynamic"),
+    (
+        "evaluate.py",
+        ["model", "--dynamic", "--dynamic_grid_memo", "m.jsonl"],
+        "--dynamic_grid_memo needs --dynamic_grid",
+    ),
     ("evaluate.py", ["no_model"], "no such model folder"),
     ("generate.py", ["--help"], ""),
     ("generate.py", ["model", "--top_p", "1.5"], "--top_p must be in (0, 1]"),

@@ -343,6 +343,46 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err
 
 
+def test_a_stopped_grid_resumes_from_its_memo_and_another_models_points_are_not_taken(tmp_path, capsys):
+    main = evaluate_script()
+    _, tok, files = evaluation_files(tmp_path, 10)
+    for name, seed in (("m", 0), ("other", 1)):
+        tiny_model(seed, vocab_size=len(tok)).save_pretrained(tmp_path / name)
+        tok.save_pretrained(tmp_path / name)
+    memo = tmp_path / "grid.jsonl"
+    flags = [*files, "--batch_size", "1", "--bptt", "5", "--dynamic", "--dynamic_grid", "--dynamic_grid_lrs", "0",
+             "1e-3", "--dynamic_grid_lambdas", "0", "0.01", "--dynamic_grid_segments", "5",
+             "--dynamic_stats_batch_size", "2", "--grid_extensions", "2", "--dynamic_grid_memo", str(memo)]  # fmt: skip
+
+    def grid(res):
+        return [{**r, "seconds": 0} for r in res["dynamic_grid"]]
+
+    whole = main([str(tmp_path / "m"), *flags])
+    rows = [json.loads(line) for line in memo.read_text().splitlines()]
+    assert len(rows) == len(whole["dynamic_grid"]) > 4  # every point, each kept once, the grown ones too
+    assert len({r["context"] for r in rows}) == 1
+    # a stop: the first points kept, the last one cut short by the kill; the worst kept point made a little worse, so
+    # the search takes the same path and a point read from the memo shows
+    kept = sorted(rows[:3], key=lambda r: r["ppl"])
+    kept[-1]["ppl"] *= 1 + 1e-6
+    memo.write_text("".join(json.dumps(r) + "\n" for r in kept) + json.dumps(rows[3])[:20])
+    capsys.readouterr()
+    resumed = main([str(tmp_path / "m"), *flags])
+    assert "3 points of this grid scored before are kept" in capsys.readouterr().err
+    marked = {**{k: v for k, v in kept[-1].items() if k != "context"}, "seconds": 0}
+    assert marked in grid(resumed) and marked not in grid(whole)
+    assert [r for r in grid(resumed) if r != marked] == [r for r in grid(whole) if r["lr"] != marked["lr"]
+                                                         or r["lam"] != marked["lam"]]  # fmt: skip
+    assert resumed["ppl_dynamic"] == whole["ppl_dynamic"]
+    again = [json.loads(line) for line in memo.read_text().splitlines()]  # the cut line dropped, the rest added
+    assert sorted((r["lr"], r["lam"]) for r in again) == sorted((r["lr"], r["lam"]) for r in resumed["dynamic_grid"])
+    # another model's run scores afresh, and its points join the memo beside the first model's
+    other = main([str(tmp_path / "other"), *flags])
+    memo.unlink()
+    fresh = main([str(tmp_path / "other"), *flags[:-2]])
+    assert grid(other) == grid(fresh) != grid(whole)
+
+
 def test_a_diverging_grid_point_ranks_last_instead_of_breaking_the_search(capsys):
     """A learning rate far too large drives the adapted model to NaN: its row reads perplexity inf and sorts last (no
     OverflowError from exp, no NaN that leaves grid[0] other than the best); evaluate.py names it in one line, and

@@ -102,6 +102,8 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
     for kind in ("plain", "pointer"):
         row, ev = results["ptb"][f"{kind}_dynamic"], json.loads((out / f"ptb_{kind}.dynamic.json").read_text())
         assert row["test_ppl"] == ev["ppl_dynamic"] and row["valid_ppl"] == ev["dynamic_grid_best_on_validation"]["ppl"]
+        memo = (out / f"ptb_{kind}.dynamic_grid.jsonl").read_text().splitlines()  # each point kept as it finished
+        assert len(memo) == len(ev["dynamic_grid"]) and "memo" not in row["command"]
         assert row["valid_tokens"] == 60 and row["dynamic"]["segment_length"] in {
             r["segment_length"] for r in ev["dynamic_grid"]
         }
