@@ -185,7 +185,9 @@ def parse_args(argv=None):
 # A checkpoint is written to step_N.incomplete, its files are synced, a manifest (every file and its size) is written
 # last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
 # removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
-# skips it, and the next save removes it.
+# skips it, and the next save removes it. A step saved twice (a periodic save, then the stop at that epoch end) keeps
+# its first checkpoint, renamed step_N.replaced, until the second is in place: a resume puts back one that a kill
+# left without its replacement.
 MANIFEST = "checkpoint.json"
 
 
@@ -335,6 +337,14 @@ def checkpoint_folders(out_dir: Path) -> list[Path]:
     return sorted(found, key=lambda d: int(d.name[5:]))
 
 
+def restore_replaced(out_dir: Path, say=print):
+    """Main process: a kill between a second save's two renames leaves step_N.replaced and no step_N; put it back."""
+    for replaced in out_dir.glob("step_*.replaced"):
+        if not (final := replaced.with_suffix("")).exists():
+            os.replace(replaced, final)
+            say(f"restored {final}: a kill came before its second save took its place")
+
+
 def latest_checkpoint(out_dir: Path, say=print) -> Path | None:
     """The newest complete checkpoint of out_dir; each newer incomplete one is skipped with one line."""
     for folder in reversed(checkpoint_folders(out_dir)):
@@ -355,7 +365,7 @@ def _fsync(path: Path):
 def tidy_checkpoints(out_dir: Path, keep: int | None, say=print):
     """Main process: remove what kills left behind (.incomplete folders, step_N folders that are not whole
     checkpoints) and all but the newest `keep` complete checkpoints."""
-    for leftover in out_dir.glob("step_*.incomplete"):
+    for leftover in [*out_dir.glob("step_*.incomplete"), *out_dir.glob("step_*.replaced")]:
         shutil.rmtree(leftover)
     complete = []
     for folder in checkpoint_folders(out_dir):
@@ -371,10 +381,8 @@ def tidy_checkpoints(out_dir: Path, keep: int | None, say=print):
 def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None):
     final = out_dir / f"step_{step}"
     tmp = final.with_name(final.name + ".incomplete")
-    if accelerator.is_main_process:
-        for stale in (tmp, final):  # a kill's leftover; a checkpoint of this step saved before resuming from an older
-            if stale.exists():
-                shutil.rmtree(stale)
+    if accelerator.is_main_process and tmp.exists():  # a kill's leftover
+        shutil.rmtree(tmp)
     accelerator.wait_for_everyone()
     accelerator.save_state(tmp)
     torch.save(cache.state_dict(), tmp / f"stream_state_{rank}.pt")
@@ -386,6 +394,11 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
         manifest = tmp / MANIFEST
         manifest.write_text(json.dumps({"step": step, "files": {p.name: p.stat().st_size for p in files}}))
         _fsync(manifest)
+        if final.exists():  # this step saved before: whole until the new one takes its name
+            replaced = final.with_name(final.name + ".replaced")
+            if replaced.exists():  # a leftover of an earlier kill, with this step's checkpoint in place
+                shutil.rmtree(replaced)
+            os.replace(final, replaced)
         os.replace(tmp, final)
         _fsync(out_dir)
         tidy_checkpoints(out_dir, keep, accelerator.print)
@@ -567,6 +580,9 @@ def main(argv=None):
     cache = PointerSentinelCache()
     resume = args.resume_from_checkpoint
     if resume == "latest":
+        if accelerator.is_main_process:
+            restore_replaced(Path(args.output_dir), accelerator.print)
+        accelerator.wait_for_everyone()
         resume = latest_checkpoint(Path(args.output_dir), accelerator.print)
         accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
     if resume:

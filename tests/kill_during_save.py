@@ -1,7 +1,8 @@
 """examples/train.py, killed with SIGKILL inside a checkpoint save: `KILL_AT=S:E` kills the process at the E-th file
 operation of its S-th save (counted from this process's start). A file write is cut halfway, an `os.replace` is killed
 before or after it happens (two events), a `shutil.rmtree` after deleting one file. Used by tests/test_checkpoints.py;
-the kill is a real SIGKILL, so nothing of the process runs after it."""
+the kill is a real SIGKILL, so nothing of the process runs after it. With `SIGNAL_AT` set as well, the run also asks
+itself to stop (tests/signal_after_save.py), so a kill can land in the stop's save."""
 
 import io
 import os
@@ -78,6 +79,9 @@ def save_checkpoint(*args, **kwargs):
 torch.save, os.replace, shutil.rmtree = torch_save, replace, rmtree
 accelerate.utils.other.safe_save_file = safe_save_file
 original_save_checkpoint, train.save_checkpoint = train.save_checkpoint, save_checkpoint
+
+if "SIGNAL_AT" in os.environ:
+    import signal_after_save  # noqa: F401,E402  (wraps the save counted above)
 
 if __name__ == "__main__":
     train.main(sys.argv[1:])

@@ -162,6 +162,44 @@ def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_
     ) | {"train_minutes": 0}
 
 
+# Events of a save at a step saved before (tests/kill_during_save.py): 1-7 its files, 8/9 before/after the rename of
+# the first checkpoint to step_N.replaced, 10/11 before/after the rename of the new one to step_N, 12 inside the
+# rmtree of step_N.replaced. 9: only the first is whole; 11: both are.
+RESAVE_EVENTS = [1, 9, 11]
+
+
+@pytest.fixture(scope="module")
+def limit_one(small_corpus, tmp_path_factory):
+    """The arguments with a checkpoint every step and a limit of one, and a run of them never stopped."""
+    tmp_path = tmp_path_factory.mktemp("limit_one")
+    args = [*common_args(small_corpus, tmp_path), "--checkpoints_total_limit", "1"]
+    done = run(TRAIN, [*args, "--output_dir", str(tmp_path / "whole")])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return args, tmp_path / "whole"
+
+
+@pytest.mark.parametrize("event", RESAVE_EVENTS)
+def test_sigkill_inside_the_second_save_of_a_step_resumes_from_that_step_bit_exact(limit_one, tmp_path, event):
+    """A stop at an epoch end saves that step a second time (a periodic save came first); a kill at any moment of
+    that save leaves a whole checkpoint of that step, the only one (limit 1), and the resumed run ends bit-exact with
+    the run never stopped."""
+    args, whole = limit_one
+    epoch_end = next(r["step"] for r in log_rows(whole) if "valid_ppl" in r)
+    killed = tmp_path / "killed"
+    # saves 1 .. epoch_end are the periodic ones; the stop asked for after save 1 saves epoch_end again
+    done = run(KILLER, [*args, "--output_dir", str(killed)], kill_at=f"{epoch_end + 1}:{event}", SIGNAL_AT="1")
+    assert done.returncode == -signal.SIGKILL, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run(TRAIN, [*args, "--output_dir", str(killed)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"resuming from {killed / f'step_{epoch_end}'}" in done.stdout
+    assert (f"restored {killed / f'step_{epoch_end}'}" in done.stdout) == (event == 9)
+    reference = losses(whole)
+    assert all(r["train_loss"] == reference[r["step"]] for r in log_rows(killed) if "train_loss" in r)
+    a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert sorted(p.name for p in killed.iterdir() if p.name.startswith("step_")) == ["step_36"]
+
+
 def test_best_weights_name_an_equal_source_and_load_it_back():
     """The best weights are saved as "model" or "average" only while they equal that source exactly, and load back
     as its copy, a tied matrix once; otherwise as themselves."""
