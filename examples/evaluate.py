@@ -90,8 +90,8 @@ def parse_args(argv=None):
     a("--dynamic_grid_segments", type=int, nargs="+", default=[5, 20])
     a("--dynamic_grid_tokens", type=int, default=10000, help="the grid scores the first N validation tokens")
     a("--dynamic_grid_memo", help="with --dynamic_grid: a JSON-lines file that keeps each scored point as it finishes; "
-      "a later run reads the points scored with the same weights, statistics, tokens, epsilon and code, so a stopped "
-      "grid resumes")  # fmt: skip
+      "a later run reads the points scored with the same model, statistics, tokens, epsilon and code, so a stopped "
+      "grid resumes (one process per file)")  # fmt: skip
     a("--grid_extensions", type=int, default=6, help="--cache_grid, --dynamic_grid: while the choice is at an edge "
       "of its grid, add a value beyond it (the grid's step continued), at most this many; 0: none")  # fmt: skip
     a("--dynamic_pointer_off", action="store_true", help="also the pointer model with its pointer switched off "
@@ -290,30 +290,34 @@ def main(argv=None):
 
 class GridMemo:
     """--dynamic_grid_memo: the dynamic grid's scored points, one JSON line each, under a digest of everything a
-    point's score depends on (weights, gradient statistics, the grid's tokens, epsilon, objective, the package's code).
-    Points under another digest are ignored; a line cut short by a kill is dropped."""
+    point's score depends on (the model's config and weights, the gradient statistics, the grid's tokens, epsilon,
+    the scoring code). Points under another digest are ignored, and so is a line cut short by a kill: the file is
+    only ever appended to, so a kill cannot lose the points before it. One process per memo."""
 
-    def __init__(self, path: Path | None, model, stats, tokens: torch.Tensor, epsilon: float):
+    SCORING_CODE = ("configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py", "evaluation.py")
+
+    def __init__(self, path: Path, model, stats, tokens: torch.Tensor, epsilon: float):
         self.path, self.rows = path, {}
-        digest = hashlib.sha256(repr((stats.objective, stats.tokens, epsilon)).encode())
-        tensors = [*model.state_dict().values(), *stats.rms.values(), tokens]  # state_dict: tied weights repeat
-        for t in tensors:
+        config = model.config.to_diff_dict()
+        config.pop("_name_or_path", None)  # where it was loaded from, not what it computes
+        digest = hashlib.sha256(json.dumps([config, stats.objective, stats.tokens, epsilon], sort_keys=True).encode())
+        rms = {f"rms.{n}": t for n, t in stats.rms.items()}
+        for name, t in [*model.state_dict().items(), *rms.items(), ("tokens", tokens)]:
+            digest.update(f"{name} {tuple(t.shape)} {t.dtype}".encode())
             digest.update(t.detach().cpu().reshape(-1).view(torch.uint8).numpy().tobytes())
-        for f in sorted(Path(modeling_pointer_sentinel.__file__).parent.glob("*.py")):
-            digest.update(f.read_bytes())
+        package = Path(modeling_pointer_sentinel.__file__).parent
+        for name in self.SCORING_CODE:
+            digest.update((package / name).read_bytes())
         self.context = digest.hexdigest()
-        lines = path.read_text().splitlines() if path is not None and path.exists() else []
-        kept = []
-        for line in lines:
+        text = path.read_text() if path.exists() else ""
+        self.cut = not text.endswith("\n") if text else False  # the next line must not join a cut one
+        for line in text.splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            kept.append(line)
-            if row.pop("context", None) == self.context:
+            if isinstance(row, dict) and row.pop("context", None) == self.context:
                 self.rows[self.key(row)] = row
-        if path is not None and len(kept) < len(lines):
-            path.write_text("".join(f"{line}\n" for line in kept))
         if self.rows:
             print(f"{path}: {len(self.rows)} points of this grid scored before are kept", file=sys.stderr)
 
@@ -328,11 +332,10 @@ class GridMemo:
                 progress.update(1)
                 continue
             (row,) = score([point])
-            if self.path is not None:
-                with self.path.open("a") as f:
-                    f.write(json.dumps({**row, "context": self.context}) + "\n")
-            self.rows[self.key(point)] = row
-        return sorted((self.rows[self.key(p)] for p in points), key=lambda r: r["ppl"])
+            with self.path.open("a") as f:
+                f.write("\n" * self.cut + json.dumps({**row, "context": self.context}) + "\n")
+            self.cut, self.rows[self.key(point)] = False, row
+        return sorted(({**self.rows[self.key(p)], **p} for p in points), key=lambda r: r["ppl"])
 
 
 def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
@@ -350,8 +353,9 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
     if args.dynamic_grid:
         val = ids["validation"][: args.dynamic_grid_tokens + 1]
         grid_tokens = val.numel() - 1
-        memo = GridMemo(args.dynamic_grid_memo and Path(args.dynamic_grid_memo), model, stats, val,
-                        args.dynamic_epsilon)  # fmt: skip
+        memo = None
+        if args.dynamic_grid_memo:
+            memo = GridMemo(Path(args.dynamic_grid_memo), model, stats, val, args.dynamic_epsilon)
 
         def search(grid_lr, grid_lam, segment_length, progress):  # the grid's lr and lambda are per 5 targets
             points = [dict(lr=x * s / 5, lam=y * s / 5, segment_length=s, grid_lr=x, grid_lam=y)
@@ -360,7 +364,7 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
             def score(todo):
                 return dynamic_grid_search(model, val, stats, todo, args.dynamic_epsilon, progress=progress)
 
-            return memo.search(score, points, progress)
+            return memo.search(score, points, progress) if memo else score(points)
 
         axes = dict(grid_lr=args.dynamic_grid_lrs, grid_lam=args.dynamic_grid_lambdas,
                     segment_length=args.dynamic_grid_segments)  # fmt: skip

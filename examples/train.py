@@ -340,7 +340,7 @@ def checkpoint_folders(out_dir: Path) -> list[Path]:
 def restore_replaced(out_dir: Path, say=print):
     """Main process: a kill between a second save's two renames leaves step_N.replaced and no step_N; put it back."""
     for replaced in out_dir.glob("step_*.replaced"):
-        if not (final := replaced.with_suffix("")).exists():
+        if not (final := replaced.with_suffix("")).exists() and incomplete(replaced) is None:
             os.replace(replaced, final)
             say(f"restored {final}: a kill came before its second save took its place")
 

@@ -925,8 +925,8 @@ MUTS = [
     (
         "dynamic grid memo: another model's points taken",
         "examples/evaluate.py",
-        'if row.pop("context", None) == self.context:',
-        'if row.pop("context", None) or True:',
+        'if isinstance(row, dict) and row.pop("context", None) == self.context:',
+        'if isinstance(row, dict) and (row.pop("context", None) or True):',
         DYN,
     ),
     (
@@ -939,15 +939,36 @@ MUTS = [
     (
         "dynamic grid memo: a new point not kept",
         "examples/evaluate.py",
-        'f.write(json.dumps({**row, "context": self.context}) + "\\n")',
+        'f.write("\\n" * self.cut + json.dumps({**row, "context": self.context}) + "\\n")',
         "pass",
         DYN,
     ),
     (
-        "dynamic grid memo: a line cut short by a kill left in place",
+        "dynamic grid memo: the first new line joins a line cut short by a kill",
         "examples/evaluate.py",
-        "        if path is not None and len(kept) < len(lines):",
-        "        if False:",
+        'f.write("\\n" * self.cut + json.dumps(',
+        "f.write(json.dumps(",
+        DYN,
+    ),
+    (
+        "dynamic grid memo: the model's config not in the digest",
+        "examples/evaluate.py",
+        '        config.pop("_name_or_path", None)  # where it was loaded from, not what it computes',
+        "        config = {}",
+        DYN,
+    ),
+    (
+        "dynamic grid memo: the statistics and the tokens not in the digest",
+        "examples/evaluate.py",
+        '[*model.state_dict().items(), *rms.items(), ("tokens", tokens)]',
+        "model.state_dict().items()",
+        DYN,
+    ),
+    (
+        "dynamic grid memo: the objective, statistics' size and epsilon not in the digest",
+        "examples/evaluate.py",
+        "[config, stats.objective, stats.tokens, epsilon]",
+        "[config]",
         DYN,
     ),
     (

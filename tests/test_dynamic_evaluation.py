@@ -2,6 +2,7 @@
 the caller's model untouched, and agreement with a per-segment reference loop for each model kind."""
 
 import copy
+import dataclasses
 import json
 import math
 import types
@@ -365,7 +366,8 @@ def test_a_stopped_grid_resumes_from_its_memo_and_another_models_points_are_not_
     # the search takes the same path and a point read from the memo shows
     kept = sorted(rows[:3], key=lambda r: r["ppl"])
     kept[-1]["ppl"] *= 1 + 1e-6
-    memo.write_text("".join(json.dumps(r) + "\n" for r in kept) + json.dumps(rows[3])[:20])
+    cut = json.dumps(rows[3])[:20]
+    memo.write_text("".join(json.dumps(r) + "\n" for r in kept) + cut)
     capsys.readouterr()
     resumed = main([str(tmp_path / "m"), *flags])
     assert "3 points of this grid scored before are kept" in capsys.readouterr().err
@@ -374,13 +376,38 @@ def test_a_stopped_grid_resumes_from_its_memo_and_another_models_points_are_not_
     assert [r for r in grid(resumed) if r != marked] == [r for r in grid(whole) if r["lr"] != marked["lr"]
                                                          or r["lam"] != marked["lam"]]  # fmt: skip
     assert resumed["ppl_dynamic"] == whole["ppl_dynamic"]
-    again = [json.loads(line) for line in memo.read_text().splitlines()]  # the cut line dropped, the rest added
+    lines = memo.read_text().splitlines()  # the cut line left alone on its own line, the missing points added
+    again = [json.loads(line) for line in lines if line != cut]
+    assert len(again) == len(lines) - 1
     assert sorted((r["lr"], r["lam"]) for r in again) == sorted((r["lr"], r["lam"]) for r in resumed["dynamic_grid"])
     # another model's run scores afresh, and its points join the memo beside the first model's
     other = main([str(tmp_path / "other"), *flags])
     memo.unlink()
     fresh = main([str(tmp_path / "other"), *flags[:-2]])
     assert grid(other) == grid(fresh) != grid(whole)
+
+
+def test_the_grid_memo_digest_changes_with_each_thing_a_score_depends_on(tmp_path):
+    evaluate_script()
+    from evaluate import GridMemo
+
+    model = tiny_model()
+    stats = GradientStatistics({n: torch.rand_like(p) for n, p in model.named_parameters()}, "mixture", 100)
+    tokens = train_ids(50)
+
+    def context(m=model, s=stats, t=tokens, eps=2e-5):
+        return GridMemo(tmp_path / "memo.jsonl", m, s, t, eps).context
+
+    nudged, window = copy.deepcopy(model), copy.deepcopy(model)
+    with torch.no_grad():
+        next(nudged.parameters()).view(-1)[0] += 1e-3
+    window.config.pointer_window += 1
+    scaled = dataclasses.replace(stats, rms={n: 2 * r for n, r in stats.rms.items()})
+    fewer, vocab = dataclasses.replace(stats, tokens=99), dataclasses.replace(stats, objective="vocab")
+    changed = [context(m=nudged), context(m=window), context(s=scaled), context(s=fewer), context(s=vocab),
+               context(t=tokens[:-1]), context(eps=1e-5)]  # fmt: skip
+    assert context() == context(m=copy.deepcopy(model)) and context() not in changed
+    assert len(set(changed)) == len(changed)
 
 
 def test_a_diverging_grid_point_ranks_last_instead_of_breaking_the_search(capsys):
