@@ -344,16 +344,16 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err
 
 
-def test_a_stopped_grid_resumes_from_its_memo_and_another_models_points_are_not_taken(tmp_path, capsys):
+def test_a_stopped_grid_resumes_from_its_memo(tmp_path, capsys):
     main = evaluate_script()
     _, tok, files = evaluation_files(tmp_path, 10)
-    for name, seed in (("m", 0), ("other", 1)):
-        tiny_model(seed, vocab_size=len(tok)).save_pretrained(tmp_path / name)
-        tok.save_pretrained(tmp_path / name)
+    tiny_model(vocab_size=len(tok)).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
     memo = tmp_path / "grid.jsonl"
     flags = [*files, "--batch_size", "1", "--bptt", "5", "--dynamic", "--dynamic_grid", "--dynamic_grid_lrs", "0",
              "1e-3", "--dynamic_grid_lambdas", "0", "0.01", "--dynamic_grid_segments", "5",
-             "--dynamic_stats_batch_size", "2", "--grid_extensions", "2", "--dynamic_grid_memo", str(memo)]  # fmt: skip
+             "--dynamic_stats_batch_size", "2", "--grid_extensions", "2", "--dynamic_grid_tokens", "60",
+             "--dynamic_grid_memo", str(memo)]  # fmt: skip
 
     def grid(res):
         return [{**r, "seconds": 0} for r in res["dynamic_grid"]]
@@ -380,14 +380,9 @@ def test_a_stopped_grid_resumes_from_its_memo_and_another_models_points_are_not_
     again = [json.loads(line) for line in lines if line != cut]
     assert len(again) == len(lines) - 1
     assert sorted((r["lr"], r["lam"]) for r in again) == sorted((r["lr"], r["lam"]) for r in resumed["dynamic_grid"])
-    # another model's run scores afresh, and its points join the memo beside the first model's
-    other = main([str(tmp_path / "other"), *flags])
-    memo.unlink()
-    fresh = main([str(tmp_path / "other"), *flags[:-2]])
-    assert grid(other) == grid(fresh) != grid(whole)
 
 
-def test_the_grid_memo_digest_changes_with_each_thing_a_score_depends_on(tmp_path):
+def test_the_grid_memo_digest_changes_with_each_thing_a_score_depends_on_and_keys_the_points(tmp_path):
     evaluate_script()
     from evaluate import GridMemo
 
@@ -408,6 +403,12 @@ def test_the_grid_memo_digest_changes_with_each_thing_a_score_depends_on(tmp_pat
                context(t=tokens[:-1]), context(eps=1e-5)]  # fmt: skip
     assert context() == context(m=copy.deepcopy(model)) and context() not in changed
     assert len(set(changed)) == len(changed)
+    # a point kept under one model is read back for that model only
+    point = dict(lr=1e-4, lam=1e-3, segment_length=5, grid_lr=1e-4, grid_lam=1e-3)
+    GridMemo(tmp_path / "memo.jsonl", model, stats, tokens, 2e-5).search(lambda todo: [dict(todo[0], ppl=7.0)],
+                                                                         [point], counter())  # fmt: skip
+    assert GridMemo(tmp_path / "memo.jsonl", model, stats, tokens, 2e-5).rows == {(1e-4, 1e-3, 5): dict(point, ppl=7.0)}
+    assert GridMemo(tmp_path / "memo.jsonl", nudged, stats, tokens, 2e-5).rows == {}
 
 
 def test_a_diverging_grid_point_ranks_last_instead_of_breaking_the_search(capsys):
