@@ -1,8 +1,16 @@
+import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+# pytest-xdist runs one worker per core (pyproject's addopts): each worker, and each process its tests start, takes its
+# share of the cores, as oversubscribed OpenMP threads slow the fused LSTM many times over.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 0)):
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
