@@ -5,10 +5,27 @@ from pathlib import Path
 import pytest
 import torch
 
-# pytest-xdist runs one worker per core (pyproject's addopts): each worker, and each process its tests start, takes its
-# share of the cores, as oversubscribed OpenMP threads slow the fused LSTM many times over.
+
+def usable_cores(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
+    """The cores this process may run on: its CPU affinity, under the cgroup's CPU quota where one is set (a container's
+    CPU limit, which os.cpu_count() and psutil do not see)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = cpu_max.read_text().split()
+        return max(1, min(cores, int(quota) // int(period)))
+    except (OSError, ValueError):  # no cgroup v2 file, or "max": no quota
+        return cores
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker per usable core; PYTEST_XDIST_AUTO_NUM_WORKERS still overrides."""
+    return None if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") else usable_cores()
+
+
+# Each worker, and each process its tests start, takes its share of the cores: oversubscribed OpenMP threads slow the
+# fused LSTM many times over.
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", 0)):
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = max(1, usable_cores() // workers)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
 

@@ -1618,6 +1618,20 @@ MUTS += [
         "        pass",
         ARGS_FIRST,
     ),
+    (
+        "test harness: the workers ignore the cgroup's CPU quota",
+        "tests/conftest.py",
+        "        return max(1, min(cores, int(quota) // int(period)))",
+        "        return cores",
+        ["tests/test_harness.py"],
+    ),
+    (
+        "test harness: a quota under one CPU starts no worker",
+        "tests/conftest.py",
+        "        return max(1, min(cores, int(quota) // int(period)))",
+        "        return min(cores, int(quota) // int(period))",
+        ["tests/test_harness.py"],
+    ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
