@@ -617,15 +617,17 @@ def main(argv=None):
         if args.with_tracking:
             accelerator.log(record, step=state.step)
 
-    def evaluate(split):
+    def evaluate(split, live=False):
         model.eval()
-        averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
+        if not live:
+            averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
         bar = tqdm(total=evals[split][:, 1:].numel(), desc=split, unit="tok", leave=False,
                    disable=not accelerator.is_local_main_process)  # fmt: skip
         outputs = collect_outputs(raw, evals[split], args.eval_bptt, progress=bar)
         nll, count = -outputs.log_probs.double().sum().item(), outputs.targets.numel()
         bar.close()
-        averager.swap()
+        if not live:
+            averager.swap()
         model.train()
         totals = accelerator.reduce(torch.tensor([nll, count], dtype=torch.float64, device=accelerator.device), "sum")
         return totals[0].item() / totals[1].item()
@@ -706,14 +708,16 @@ def main(argv=None):
             if paused := stop_asked():
                 break
             continue
-        val = evaluate("validation")
+        val, source, both = evaluate("validation"), "average" if averager.active else "model", {}
+        if averager.active:  # once its LR has decayed, the live model can pass its lagging average: validation picks
+            live = evaluate("validation", live=True)
+            both = {"valid_ppl_average": math.exp(val), "valid_ppl_live": math.exp(live)}
+            val, source = min((val, source), (live, "model"))
         state.val_losses.append(val)
         improved = improves(val, state.best_val, args.min_improvement)
         if improved:
             state.best_val, state.bad_epochs = val, 0
-            averager.swap()
-            best.keep()
-            averager.swap()
+            best.keep(source)
         else:
             state.bad_epochs += 1
             if args.optimizer != "ntasgd" or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
@@ -726,8 +730,9 @@ def main(argv=None):
             averager.start()
             state.bad_epochs = 0  # the patience judges the average from here
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
-        accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f} | lr {state.lr:g}")
-        log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), "lr": state.lr})
+        picked = f" ({', '.join(f'{k[10:]} {v:.2f}' for k, v in both.items())})" if both else ""
+        accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f}{picked} | lr {state.lr:g}")
+        log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), **both, "lr": state.lr})
         state.epoch, state.segment = state.epoch + 1, 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
         if state.bad_epochs >= args.patience:
@@ -753,7 +758,7 @@ def main(argv=None):
     # the final passes
     train_minutes = time_limit.elapsed() / 60
     if best.weights is not None:
-        raw.load_state_dict(best.weights)  # holds the averaged weights when NT-ASGD was on
+        raw.load_state_dict(best.weights)  # with NT-ASGD, the average's or the live weights', as validation chose
     elif averager.active:
         averager.swap()
     averager.average = None  # the final weights are in the model now

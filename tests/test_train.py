@@ -674,6 +674,27 @@ def test_ntasgd_stall_starts_the_average_instead_of_stopping(small_corpus, tmp_p
     assert json.loads((out / "results.json").read_text())["stopped"].endswith("for 2 evaluations in a row")
 
 
+@pytest.mark.parametrize("lr, winner", [(0.3, "live"), (3.0, "average")])
+def test_ntasgd_validation_counts_the_better_of_the_average_and_the_live_weights(
+    small_corpus, tmp_path, monkeypatch, lr, winner
+):
+    """Once averaging, each validation also scores the live weights, and the better of the two is what counts: for the
+    stall rule, the best weights kept, and the model the run ends on. Averaging from the first epoch's end, at a low LR
+    the live weights pass their lagging average; at a high one the average smooths out their noise and wins."""
+    train = train_module()
+    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: True)
+    out = tmp_path / "out"
+    results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "4",
+                                    "--log_every", "1000", "--learning_rate", lr))  # fmt: skip
+    rows = [r for r in log_rows(out) if "valid_ppl" in r]
+    assert len(rows) == 4 and "valid_ppl_live" not in rows[0]  # the average starts after the first validation
+    assert all(r["valid_ppl"] == min(r["valid_ppl_average"], r["valid_ppl_live"]) for r in rows[1:])
+    best = min(rows, key=lambda r: r["valid_ppl"])
+    loser = {"live": "average", "average": "live"}[winner]
+    assert best[f"valid_ppl_{winner}"] == best["valid_ppl"] < best[f"valid_ppl_{loser}"]  # the case under test
+    assert results["validation_ppl"] == pytest.approx(best["valid_ppl"], rel=1e-12)
+
+
 def test_plateau_rule_resets_on_improvement_and_decays_each_plateau(small_corpus, tmp_path, monkeypatch):
     """Validation verdicts scripted improve, plateau, improve, plateau, plateau with patience 2: the LR halves after
     each plateau, the count of plateaus in a row restarts at an improvement, and the second plateau in a row stops."""
