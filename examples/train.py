@@ -730,7 +730,7 @@ def main(argv=None):
             averager.start()
             state.bad_epochs = 0  # the patience judges the average from here
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
-        picked = f" ({', '.join(f'{k[10:]} {v:.2f}' for k, v in both.items())})" if both else ""
+        picked = f" (average {both['valid_ppl_average']:.2f}, live {both['valid_ppl_live']:.2f})" if both else ""
         accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f}{picked} | lr {state.lr:g}")
         log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), **both, "lr": state.lr})
         state.epoch, state.segment = state.epoch + 1, 0
