@@ -165,8 +165,11 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     check_ranges(p, args, RANGES)
     if args.resume_from_checkpoint not in (None, "latest"):
-        if not Path(args.resume_from_checkpoint).is_dir():
-            p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint}: no such checkpoint folder")
+        if not (named := Path(args.resume_from_checkpoint)).is_dir():
+            # a kill between a second save's renames left it under another name, which only `latest` restores
+            left = named.with_name(named.name + ".replaced")
+            hint = f" (a kill left it as {left}: --resume_from_checkpoint latest puts it back)" if left.is_dir() else ""
+            p.error(f"--resume_from_checkpoint {named}: no such checkpoint folder{hint}")
         if why := incomplete(Path(args.resume_from_checkpoint)):
             p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)

@@ -1000,6 +1000,13 @@ MUTS = [
         CKPT,
     ),
     (
+        "checkpoint: naming a step a kill left renamed does not say where it is",
+        T,
+        '            hint = f" (a kill left it as {left}: --resume_from_checkpoint latest puts it back)" if left.is_dir() else ""',
+        '            hint = ""',
+        ["tests/test_checkpoints.py::test_resume_by_name_of_a_checkpoint_a_kill_left_renamed_points_to_latest"],
+    ),
+    (
         "best weights: named as a source they do not equal",
         T,
         "            if source is not None and all(torch.equal(w, source[k]) for k, w in self.weights.items()):",

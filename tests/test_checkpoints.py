@@ -130,6 +130,22 @@ def test_resume_from_an_incomplete_checkpoint_by_name_is_one_error(small_corpus,
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_resume_by_name_of_a_checkpoint_a_kill_left_renamed_points_to_latest(small_corpus, tmp_path):
+    """A kill inside a step's second save can leave only step_N.replaced; naming step_N then says where it is and
+    which flag puts it back, rather than only that it does not exist."""
+    (tmp_path / "step_7.replaced").mkdir()
+    args = [a for a in common_args(small_corpus, tmp_path) if a != "latest"]
+    at = args.index("--resume_from_checkpoint") + 1
+    args[at:at] = [str(tmp_path / "step_7")]
+    done = run(TRAIN, [*args, "--output_dir", str(tmp_path / "out")])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"train.py: error: --resume_from_checkpoint {tmp_path / 'step_7'}: no such checkpoint folder (a kill left it "
+        f"as {tmp_path / 'step_7.replaced'}: --resume_from_checkpoint latest puts it back)"
+    )
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact(small_corpus, tmp_path):
     """SIGUSR1 mid-epoch (after the first save, step 1): the run finishes that epoch and its validation, saves a
     checkpoint there whose best weights are named ("model": the first epoch is the best so far) rather than copied,
