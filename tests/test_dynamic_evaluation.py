@@ -388,27 +388,33 @@ def test_the_grid_memo_digest_changes_with_each_thing_a_score_depends_on_and_key
 
     model = tiny_model()
     stats = GradientStatistics({n: torch.rand_like(p) for n, p in model.named_parameters()}, "mixture", 100)
+    source = dict(train_ids=train_ids(120), batch_size=20, segment_length=5)
     tokens = train_ids(50)
 
-    def context(m=model, s=stats, t=tokens, eps=2e-5):
-        return GridMemo(tmp_path / "memo.jsonl", m, s, t, eps).context
+    def context(m=model, s=stats, src=source, t=tokens, eps=2e-5):
+        return GridMemo(tmp_path / "memo.jsonl", m, s, src, t, eps).context
 
     nudged, window = copy.deepcopy(model), copy.deepcopy(model)
     with torch.no_grad():
         next(nudged.parameters()).view(-1)[0] += 1e-3
     window.config.pointer_window += 1
-    scaled = dataclasses.replace(stats, rms={n: 2 * r for n, r in stats.rms.items()})
     fewer, vocab = dataclasses.replace(stats, tokens=99), dataclasses.replace(stats, objective="vocab")
-    changed = [context(m=nudged), context(m=window), context(s=scaled), context(s=fewer), context(s=vocab),
-               context(t=tokens[:-1]), context(eps=1e-5)]  # fmt: skip
+    changed = [context(m=nudged), context(m=window), context(s=fewer), context(s=vocab), context(t=tokens[:-1]),
+               context(eps=1e-5), context(src=source | dict(train_ids=source["train_ids"][1:])),
+               context(src=source | dict(batch_size=10)), context(src=source | dict(segment_length=4))]  # fmt: skip
     assert context() == context(m=copy.deepcopy(model)) and context() not in changed
     assert len(set(changed)) == len(changed)
+    # the same statistics computed on another machine differ in their last bits: the grid resumes there
+    rounded = dataclasses.replace(stats, rms={n: r * (1 + 2**-20) for n, r in stats.rms.items()})
+    assert context(s=rounded) == context()
     # a point kept under one model is read back for that model only
     point = dict(lr=1e-4, lam=1e-3, segment_length=5, grid_lr=1e-4, grid_lam=1e-3)
-    GridMemo(tmp_path / "memo.jsonl", model, stats, tokens, 2e-5).search(lambda todo: [dict(todo[0], ppl=7.0)],
-                                                                         [point], counter())  # fmt: skip
-    assert GridMemo(tmp_path / "memo.jsonl", model, stats, tokens, 2e-5).rows == {(1e-4, 1e-3, 5): dict(point, ppl=7.0)}
-    assert GridMemo(tmp_path / "memo.jsonl", nudged, stats, tokens, 2e-5).rows == {}
+    memo = GridMemo(tmp_path / "memo.jsonl", model, stats, source, tokens, 2e-5)
+    memo.search(lambda todo: [dict(todo[0], ppl=7.0)], [point], counter())
+    assert GridMemo(tmp_path / "memo.jsonl", model, stats, source, tokens, 2e-5).rows == {
+        (1e-4, 1e-3, 5): dict(point, ppl=7.0)
+    }
+    assert GridMemo(tmp_path / "memo.jsonl", nudged, stats, source, tokens, 2e-5).rows == {}
 
 
 def test_a_diverging_grid_point_ranks_last_instead_of_breaking_the_search(capsys):
