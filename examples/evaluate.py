@@ -70,7 +70,8 @@ def parse_args(argv=None):
     a("--cache_window", type=int, default=3785)
     a("--cache_theta", type=float, default=0.662)
     a("--cache_lambda", type=float, default=0.1279)
-    a("--cache_grid", action="store_true", help="choose window/theta/lambda on validation, then apply them")
+    a("--cache_grid", action="store_true", help="choose window/theta/lambda on validation, then apply them; with "
+      "--dynamic the cache on the adapting model is chosen again, on its own validation outputs")  # fmt: skip
     for axis, kind in (("windows", int), ("thetas", float), ("lambdas", float)):
         a(f"--cache_grid_{axis}", type=kind, nargs="+", help=f"with --cache_grid: the grid's {axis} (default: "
           f"{' '.join(map(str, CACHE_GRID[axis]))})")  # fmt: skip
@@ -238,27 +239,17 @@ def main(argv=None):
     if model.config.use_pointer:
         results["ppl_pointer_off"] = out.perplexity(pointer=False)
         results.update(gate_statistics(out, tok))
+    cache = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda)
     if args.cache_grid:
         val = out if args.split == "validation" else run(model, "validation")
-        axes = dict(window=args.cache_grid_windows, theta=args.cache_grid_thetas, lam=args.cache_grid_lambdas)
-        bounds = dict(window=(1, val.targets.shape[-1], int), lam=(0.0, 1.0, float))  # a window past a stream's end
-        grid, results["cache_grid_bracket"], best = bracketed(  # is the whole stream
-            lambda window, theta, lam, progress: cache_grid_search(val, window, theta, lam, progress=progress),
-            axes, bounds, args.grid_extensions, "cache grid",
-        )  # fmt: skip
-        results["cache_grid"] = grid
-        args.cache_window, args.cache_theta, args.cache_lambda = best["window"], best["theta"], best["lam"]
-        results["cache_grid_best_on_validation"] = best
+        cache = choose_cache(val, args, results, "cache_grid", "cache grid")
     if args.cache or args.cache_grid:
-        cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)
-        mixed = cache(out.hidden, out.targets, out.log_probs)
-        results["ppl_with_cache"] = perplexity(-mixed.double().mean().item())
-        results["cache"] = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda,
-                                alignment="h_i keys x_{i+1} (Grave et al.)")  # fmt: skip
+        results["ppl_with_cache"] = with_cache(out, cache)
+        results["cache"] = {**cache, "alignment": "h_i keys x_{i+1} (Grave et al.)"}
     if args.dynamic:
         objectives = ["mixture"] + (["vocab"] if args.dynamic_pointer_off and model.config.use_pointer else [])
         for objective in objectives:
-            results.update(run_dynamic(model, ids, args, objective, need_hidden))
+            results.update(run_dynamic(model, ids, args, objective, cache if need_hidden else None))
     picture_positions = None
     if args.plots:
         plots = Path(args.plots)
@@ -344,9 +335,31 @@ class GridMemo:
         return sorted(({**self.rows[self.key(p)], **p} for p in points), key=lambda r: r["ppl"])
 
 
-def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
-    """Gradient statistics, the grid on validation (with --dynamic_grid), then dynamic evaluation of the split; the
-    results' keys end in `_pointer_off` for the vocabulary objective (the pointer switched off)."""
+def choose_cache(val, args, results: dict, key: str, what: str) -> dict:
+    """The neural cache's window, theta and lambda chosen on validation outputs by the bracketed grid; the grid, its
+    bracket and its best row go into `results` under `key`."""
+    axes = dict(window=args.cache_grid_windows, theta=args.cache_grid_thetas, lam=args.cache_grid_lambdas)
+    bounds = dict(window=(1, val.targets.shape[-1], int), lam=(0.0, 1.0, float))  # a window past a stream's end
+    grid, results[f"{key}_bracket"], best = bracketed(  # is the whole stream
+        lambda window, theta, lam, progress: cache_grid_search(val, window, theta, lam, progress=progress),
+        axes, bounds, args.grid_extensions, what,
+    )  # fmt: skip
+    results[key], results[f"{key}_best_on_validation"] = grid, best
+    return dict(window=best["window"], theta=best["theta"], lam=best["lam"])
+
+
+def with_cache(outputs, cache: dict) -> float:
+    """Perplexity of the outputs with the neural cache (window, theta, lam) on top."""
+    mixed = NeuralCache(**cache)(outputs.hidden, outputs.targets, outputs.log_probs)
+    return perplexity(-mixed.double().mean().item())
+
+
+def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
+    """Gradient statistics, the grid on validation (with --dynamic_grid), then dynamic evaluation of the split, and
+    the neural cache on top (`cache`: the static model's; with --cache_grid it is chosen again on the adapting
+    model's validation outputs, the model it sits on). The results' keys end in `_pointer_off` for the vocabulary
+    objective (the pointer switched off)."""
+    need_hidden = cache is not None
     key = "dynamic" if objective == "mixture" else "dynamic_pointer_off"
     suffix, label = ("", "") if objective == "mixture" else ("_pointer_off", ", pointer off")
     tokens = args.dynamic_stats_tokens or None
@@ -396,10 +409,16 @@ def run_dynamic(model, ids, args, objective: str, need_hidden: bool) -> dict:
                     stats_segment_length=STATS_SEGMENT, grid_tokens=grid_tokens, tokens=dyn.targets.numel(),
                     seconds=round(seconds, 1),
                     static_ppl_batch_1=static.perplexity(pointer=objective == "mixture"))  # fmt: skip
+    if need_hidden and args.cache_grid:
+        val = dyn
+        if args.split != "validation":
+            val_ids = ids["validation"][: args.max_tokens + 1] if args.max_tokens else ids["validation"]
+            with tqdm(total=val_ids.numel() - 1, desc=f"dynamic validation{label}", unit="tok") as bar:
+                val = dynamic_evaluate(model, val_ids, stats, lr, lam, segment, args.dynamic_epsilon, True, bar)
+        cache = choose_cache(val, args, out, f"dynamic_cache_grid{suffix}", f"cache grid on dynamic evaluation{label}")
     if need_hidden:
-        cache = NeuralCache(args.cache_window, args.cache_theta, args.cache_lambda)
-        mixed = cache(dyn.hidden, dyn.targets, dyn.log_probs)
-        out[f"ppl_dynamic_with_cache{suffix}"] = perplexity(-mixed.double().mean().item())
+        out[f"ppl_dynamic_with_cache{suffix}"] = with_cache(dyn, cache)
+        out[f"dynamic_cache{suffix}"] = cache
     return out
 
 
@@ -427,7 +446,13 @@ def summary(results: dict, args, picture_positions=None) -> str:
         rows.append((f"dynamic evaluation{label} ({dyn}, {d['seconds']:.0f} s): {results['split']}",
                      results[f"ppl_dynamic{suffix}"]))  # fmt: skip
         if f"ppl_dynamic_with_cache{suffix}" in results:
-            rows.append((f"dynamic evaluation{label} + neural cache", results[f"ppl_dynamic_with_cache{suffix}"]))
+            c = results[f"dynamic_cache{suffix}"]
+            cache = f"window {c['window']}, θ {c['theta']}, λ {c['lam']}"
+            if f"dynamic_cache_grid_best_on_validation{suffix}" in results:
+                rows.append((f"dynamic evaluation{label} + neural cache, chosen on validation ({cache}): validation",
+                             results[f"dynamic_cache_grid_best_on_validation{suffix}"]["ppl"]))  # fmt: skip
+            rows.append((f"dynamic evaluation{label} + neural cache ({cache}): {results['split']}",
+                         results[f"ppl_dynamic_with_cache{suffix}"]))  # fmt: skip
     if "compare" in results:
         rows.append((f"--compare {results['compare']['model']}", results["compare"]["ppl"]))
     width = max(len(label) for label, _ in rows)

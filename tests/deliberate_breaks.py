@@ -986,6 +986,40 @@ MUTS = [
         DYN,
     ),
     (
+        "dynamic evaluation + cache: the cache chosen on the split scored",
+        "examples/evaluate.py",
+        '        if args.split != "validation":',
+        "        if False:",
+        [
+            "tests/test_dynamic_evaluation.py::test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs"
+        ],
+    ),
+    (
+        "dynamic evaluation + cache: the static model's cache kept",
+        "examples/evaluate.py",
+        '        cache = choose_cache(val, args, out, f"dynamic_cache_grid{suffix}"',
+        '        choose_cache(val, args, out, f"dynamic_cache_grid{suffix}"',
+        [
+            "tests/test_dynamic_evaluation.py::test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs"
+        ],
+    ),
+    (
+        "dynamic evaluation + cache: its grid on the static model's validation states",
+        "examples/evaluate.py",
+        "val = dynamic_evaluate(model, val_ids, stats, lr, lam, segment,",
+        "val = dynamic_evaluate(model, val_ids, stats, 0.0, 0.0, segment,",
+        [
+            "tests/test_dynamic_evaluation.py::test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs"
+        ],
+    ),
+    (
+        "quality runs: the dynamic + cache row names the static model's cache",
+        "examples/quality_runs.py",
+        '"cache": ev["dynamic_cache"],',
+        '"cache": {k: ev["cache"][k] for k in ("window", "theta", "lam")},',
+        ["tests/test_quality_runs.py::test_dynamic_adds_rows_that_its_command_reproduces"],
+    ),
+    (
         "quality runs: the dynamic grid without its memo",
         "examples/quality_runs.py",
         "[*DYNAMIC, *memo]",

@@ -344,6 +344,50 @@ def test_evaluate_script_dynamic(tmp_path, capsys):
     assert stop.value.code == 2 and "error: --dynamic" in capsys.readouterr().err
 
 
+def test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs(tmp_path, capsys):
+    """With --cache_grid, the cache on top of dynamic evaluation is chosen again for the model it sits on: by the
+    bracketed grid on the adapting model's outputs over the validation split, then applied to the split scored."""
+    from modeling_pointer_sentinel.training import encode_lines, shard_streams
+
+    main = evaluate_script()
+    lines, tok, files = evaluation_files(tmp_path, 10)
+    model, streams = tiny_model(vocab_size=len(tok)), shard_streams(encode_lines(tok, lines), 4)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    for t in [10 * s % (streams.shape[1] - 11) for s in range(20)]:  # a random model's states give the cache nothing
+        optimizer.zero_grad()
+        model(input_ids=streams[:, t : t + 10], labels=streams[:, t : t + 10]).loss.backward()
+        optimizer.step()
+    model.eval().save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    flags = ["--batch_size", "1", "--bptt", "5", "--cache_grid", "--cache_grid_windows", "5", "20",
+             "--cache_grid_thetas", "0.3", "1.0", "--cache_grid_lambdas", "0.05", "0.3", "--dynamic",
+             "--dynamic_lr", "1e-3", "--dynamic_lambda", "0.02", "--dynamic_segment", "5",
+             "--dynamic_stats_batch_size", "2"]  # fmt: skip
+    res = main([str(tmp_path / "m"), *files, *flags])
+    chosen, best = res["dynamic_cache"], res["dynamic_cache_grid_best_on_validation"]
+    assert chosen == {k: best[k] for k in ("window", "theta", "lam")}
+    assert set(res["dynamic_cache_grid_bracket"]) == {"window", "theta", "lam"}
+    # the same grid recomputed from the package's parts: the adapting model's validation outputs with each cache
+    ids = {s: encode_lines(tok, (tmp_path / f"{s}.txt").read_text().splitlines()) for s in ("train", "valid", "test")}
+    stats = gradient_statistics(model, ids["train"], 100_000, batch_size=2, segment_length=5)
+    adapted = {s: dynamic_evaluate(model, ids[s], stats, 1e-3, 0.02, 5, keep_hidden=True) for s in ("valid", "test")}
+    for row in res["dynamic_cache_grid"]:
+        cached = NeuralCache(row["window"], row["theta"], row["lam"])(
+            adapted["valid"].hidden, adapted["valid"].targets, adapted["valid"].log_probs
+        )
+        assert row["ppl"] == pytest.approx(math.exp(-cached.double().mean().item()), rel=1e-9)
+    assert best["ppl"] == min(r["ppl"] for r in res["dynamic_cache_grid"])
+    # on the adapting model the grid ranks otherwise than on the static one; here it chooses another cache
+    assert chosen != {k: res["cache"][k] for k in ("window", "theta", "lam")}
+    cached = NeuralCache(**chosen)(adapted["test"].hidden, adapted["test"].targets, adapted["test"].log_probs)
+    assert res["ppl_dynamic_with_cache"] == pytest.approx(math.exp(-cached.double().mean().item()), rel=1e-9)
+    capsys.readouterr()
+    on_valid = main([str(tmp_path / "m"), *files, *flags, "--split", "validation"])  # scores its own choice
+    assert on_valid["dynamic_cache_grid"] == res["dynamic_cache_grid"]
+    assert on_valid["ppl_dynamic_with_cache"] == pytest.approx(best["ppl"], rel=1e-9)
+    assert "dynamic evaluation + neural cache, chosen on validation" in capsys.readouterr().out
+
+
 def test_a_stopped_grid_resumes_from_its_memo(tmp_path, capsys):
     main = evaluate_script()
     _, tok, files = evaluation_files(tmp_path, 10)
