@@ -33,7 +33,7 @@ def write_corpora(root):
 TINY_MODEL = {"embedding_size": 16, "hidden_size": 16, "num_layers": 1, "pointer_window": 8}
 TINY_TRAINING = {"bptt": 10, "per_device_train_batch_size": 2, "per_device_eval_batch_size": 2, "num_train_epochs": 2}
 TINY_DYNAMIC = ["--batch_size", "1", "--dynamic", "--dynamic_grid", "--dynamic_grid_segments", "5", "20",
-                "--dynamic_grid_tokens", "60", "--dynamic_grid_lrs", "1e-4", "1e-2", "--dynamic_grid_lambdas", "1e-3",
+                "--dynamic_grid_tokens", "60", "--dynamic_grid_lrs", "1e-2", "3e-2", "--dynamic_grid_lambdas", "1e-3",
                 "--dynamic_stats_tokens", "400", "--cache_grid"]  # fmt: skip
 
 
@@ -99,6 +99,7 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
     assert set(results["ptb"]) == ROWS | new
     assert {k: results["ptb"][k] for k in ROWS} == {k: before["ptb"][k] for k in ROWS}  # the static rows are kept
     assert results["wt2_sgd"] == before["wt2_sgd"] and results["runs"] == before["runs"]
+    static_choice = {}
     for kind in ("plain", "pointer"):
         row, ev = results["ptb"][f"{kind}_dynamic"], json.loads((out / f"ptb_{kind}.dynamic.json").read_text())
         assert row["test_ppl"] == ev["ppl_dynamic"] and row["valid_ppl"] == ev["dynamic_grid_best_on_validation"]["ppl"]
@@ -111,6 +112,7 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
         assert row["dynamic_bracket"] == ev["dynamic_grid_bracket"] and set(row["dynamic_bracket"]) == {
             "grid_lr", "grid_lam", "segment_length"}  # fmt: skip
         cached = results["ptb"][f"{kind}_dynamic_cache"]  # the cache chosen again, on the adapting model
+        static_choice[kind] = {k: ev["cache"][k] for k in ("window", "theta", "lam")}
         assert cached["cache_bracket"] == ev["dynamic_cache_grid_bracket"] and cached["cache"] == ev["dynamic_cache"]
         assert cached["valid_ppl"] == ev["dynamic_cache_grid_best_on_validation"]["ppl"]
         assert cached["test_ppl"] == ev["ppl_dynamic_with_cache"]
@@ -119,6 +121,8 @@ def test_dynamic_adds_rows_that_its_command_reproduces(converged, monkeypatch):
         assert argv[0] == str(out / f"ptb_{kind}")
         again = evaluate_script()(argv)
         assert math.isclose(again["ppl_dynamic"], row["test_ppl"], rel_tol=1e-6)
+    # here the adapting plain model's cache differs from the static one's, so a row naming the wrong one shows
+    assert results["ptb"]["plain_dynamic_cache"]["cache"] != static_choice["plain"]
 
 
 def test_the_recipe_study_never_reads_the_test_split(tmp_path):
