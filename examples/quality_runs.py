@@ -173,14 +173,21 @@ def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | Non
         record.unlink(missing_ok=True)
         log = open(out_json.with_suffix(".log"), "w")
         procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json, key))
-    results = []
-    for proc, log, out_json, key in procs:
-        record = out_json.with_suffix(".job.json")
-        if proc is not None:
-            if proc.wait() != 0:
+    running = [job for job in procs if job[0] is not None]
+    while running:  # each recorded as it ends, whatever the order they started in
+        for job in [job for job in running if job[0].poll() is not None]:
+            proc, log, out_json, key = job
+            if proc.returncode != 0:
                 raise SystemExit(f"evaluation failed: see {out_json.with_suffix('.log')}")
             log.close()
+            record = out_json.with_suffix(".job.json")
             record.write_text(json.dumps({"key": key, "eval_minutes": (time.time() - t0) / 60}, indent=2))
+            running.remove(job)
+        if running:
+            time.sleep(1)
+    results = []
+    for _, _, out_json, _ in procs:
+        record = out_json.with_suffix(".job.json")
         result = json.loads(out_json.read_text())
         result["eval_minutes"] = json.loads(record.read_text())["eval_minutes"]
         results.append(result)

@@ -1020,6 +1020,13 @@ MUTS = [
         ["tests/test_quality_runs.py::test_dynamic_adds_rows_that_its_command_reproduces"],
     ),
     (
+        "quality runs: evaluations recorded in the order started, not as each ends",
+        "examples/quality_runs.py",
+        "        for job in [job for job in running if job[0].poll() is not None]:",
+        "        for job in [running[0]] if running[0][0].wait() is not None else []:",
+        ["tests/test_quality_runs.py::test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started"],
+    ),
+    (
         "quality runs: the dynamic grid without its memo",
         "examples/quality_runs.py",
         "[*DYNAMIC, *memo]",

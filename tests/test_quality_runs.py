@@ -195,6 +195,40 @@ def test_dynamic_again_reuses_only_the_same_evaluation(converged, monkeypatch, t
     assert quality_runs.job_key(model, args)["model"] != key["model"]
 
 
+def test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started(tmp_path, monkeypatch):
+    """evaluate_all writes an evaluation's .job.json as soon as it ends: a stop while a slow evaluation still runs
+    keeps a faster one started after it. (Processes stand in for evaluate.py: the slow one ends on its third poll,
+    and checks on ending that the fast one was recorded meanwhile.)"""
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+
+    class Process:
+        def __init__(self, cmd, stdout=None, stderr=None, env=None):
+            self.out, self.polls, self.returncode = Path(cmd[cmd.index("--output_json") + 1]), 0, None
+
+        def poll(self):
+            self.polls += 1
+            if self.out == slow and self.polls < 3:
+                return None
+            if self.out == slow:
+                assert fast.with_suffix(".job.json").exists(), "the fast evaluation was not recorded as it ended"
+            self.out.write_text(json.dumps({"ppl": float(self.polls)}))
+            self.returncode = 0
+            return 0
+
+        def wait(self):
+            while self.poll() is None:
+                pass
+            return self.returncode
+
+    monkeypatch.setattr(quality_runs.subprocess, "Popen", Process)
+    results = quality_runs.evaluate_all([(model, "ptb", slow, []), (model, "ptb", fast, [])], None)
+    assert [r["ppl"] for r in results] == [3.0, 1.0]  # in the order asked
+    assert all(json.loads(p.with_suffix(".job.json").read_text())["key"]["args"] for p in (slow, fast))
+
+
 def test_a_run_stopped_by_sigusr1_is_reported_and_the_same_pair_resumes(tmp_path, monkeypatch):
     """SIGUSR1 to one of the pair's train.py processes (sent once its first checkpoint exists, from another thread):
     train_pair says which run stopped and how to go on, rather than fail on a missing results.json; called again, it
