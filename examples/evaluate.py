@@ -196,10 +196,13 @@ def bracketed(search, axes: dict, bounds: dict, extensions: int, what: str) -> t
     return grid, place, best
 
 
+def first_tokens(ids, max_tokens):
+    """--max_tokens: the flat id stream cut to its first N targets (the whole stream without a limit)."""
+    return ids[: max_tokens + 1] if max_tokens else ids
+
+
 def streams_for(ids, batch_size, max_tokens):
-    if max_tokens:
-        ids = ids[: max_tokens + 1]
-    return shard_streams(ids, batch_size)
+    return shard_streams(first_tokens(ids, max_tokens), batch_size)
 
 
 def main(argv=None):
@@ -397,7 +400,7 @@ def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
         out[f"dynamic_grid{suffix}"] = grid
         out[f"dynamic_grid_best_on_validation{suffix}"] = best
         lr, lam, segment = best["lr"], best["lam"], best["segment_length"]
-    split_ids = ids[args.split][: args.max_tokens + 1] if args.max_tokens else ids[args.split]
+    split_ids = first_tokens(ids[args.split], args.max_tokens)
     start = time.perf_counter()
     with tqdm(total=split_ids.numel() - 1, desc=f"dynamic {args.split}{label}", unit="tok") as bar:
         dyn = dynamic_evaluate(model, split_ids, stats, lr, lam, segment, args.dynamic_epsilon, need_hidden, bar)
@@ -412,7 +415,7 @@ def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
     if need_hidden and args.cache_grid:
         val = dyn
         if args.split != "validation":
-            val_ids = ids["validation"][: args.max_tokens + 1] if args.max_tokens else ids["validation"]
+            val_ids = first_tokens(ids["validation"], args.max_tokens)
             with tqdm(total=val_ids.numel() - 1, desc=f"dynamic validation{label}", unit="tok") as bar:
                 val = dynamic_evaluate(model, val_ids, stats, lr, lam, segment, args.dynamic_epsilon, True, bar)
         cache = choose_cache(val, args, out, f"dynamic_cache_grid{suffix}", f"cache grid on dynamic evaluation{label}")

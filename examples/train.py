@@ -170,8 +170,8 @@ def parse_args(argv=None):
             left = named.with_name(named.name + ".replaced")
             hint = f" (a kill left it as {left}: --resume_from_checkpoint latest puts it back)" if left.is_dir() else ""
             p.error(f"--resume_from_checkpoint {named}: no such checkpoint folder{hint}")
-        if why := incomplete(Path(args.resume_from_checkpoint)):
-            p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint} is not a whole checkpoint: {why}")
+        if why := incomplete(named):
+            p.error(f"--resume_from_checkpoint {named} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     # Last: the model's fields are those of its config class, whose import (torch, transformers) takes seconds.

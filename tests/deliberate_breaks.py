@@ -1155,7 +1155,7 @@ MUTS = [
     (
         "checkpoint: an incomplete folder named on the command line accepted",
         T,
-        "        if why := incomplete(Path(args.resume_from_checkpoint)):",
+        "        if why := incomplete(named):",
         "        if why := None:",
         CKPT,
     ),
