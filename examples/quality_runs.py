@@ -156,7 +156,8 @@ def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | Non
     """examples/evaluate.py on each (model, dataset, out_json, extra flags) at once, one CPU thread each (test split
     unless the flags say otherwise: batch 10, BPTT 200, state carried). A job whose out_json was written by the same
     command on the same model files and code (its .job.json says so) is not run again: a stop during a long
-    evaluation (dynamic evaluation takes half an hour a model) loses only the evaluations still running."""
+    evaluation (dynamic evaluation takes half an hour a model) loses only the evaluations still running, and one
+    that fails stops the command only once the others have ended and been recorded."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # one thread per process: two on a shared 2-core CPU thrash
     t0, procs = time.time(), []
     for model, name, out_json, extra in jobs:
@@ -173,18 +174,21 @@ def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | Non
         record.unlink(missing_ok=True)
         log = open(out_json.with_suffix(".log"), "w")
         procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json, key))
-    running = [job for job in procs if job[0] is not None]
+    running, failed = [job for job in procs if job[0] is not None], []
     while running:  # each recorded as it ends, whatever the order they started in
         for job in [job for job in running if job[0].poll() is not None]:
             proc, log, out_json, key = job
-            if proc.returncode != 0:
-                raise SystemExit(f"evaluation failed: see {out_json.with_suffix('.log')}")
             log.close()
+            running.remove(job)
+            if proc.returncode != 0:  # the others go on: each is up to an hour's work that a rerun then reuses
+                failed.append(str(out_json.with_suffix(".log")))
+                continue
             record = out_json.with_suffix(".job.json")
             record.write_text(json.dumps({"key": key, "eval_minutes": (time.time() - t0) / 60}, indent=2))
-            running.remove(job)
         if running:
             time.sleep(1)
+    if failed:
+        raise SystemExit(f"evaluation failed: see {', '.join(failed)} (the others are recorded and will be reused)")
     results = []
     for _, _, out_json, _ in procs:
         record = out_json.with_suffix(".job.json")

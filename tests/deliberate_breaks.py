@@ -1027,6 +1027,20 @@ MUTS = [
         ["tests/test_quality_runs.py::test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started"],
     ),
     (
+        "quality runs: a failed evaluation stops the command before the others are recorded",
+        "examples/quality_runs.py",
+        'failed.append(str(out_json.with_suffix(".log")))',
+        "raise SystemExit(f\"evaluation failed: see {out_json.with_suffix('.log')}\")",
+        ["tests/test_quality_runs.py::test_a_failed_evaluation_stops_the_command_only_after_the_others_are_recorded"],
+    ),
+    (
+        "quality runs: a failed evaluation not reported",
+        "examples/quality_runs.py",
+        "    if failed:",
+        "    if False:",
+        ["tests/test_quality_runs.py::test_a_failed_evaluation_stops_the_command_only_after_the_others_are_recorded"],
+    ),
+    (
         "quality runs: the dynamic grid without its memo",
         "examples/quality_runs.py",
         "[*DYNAMIC, *memo]",

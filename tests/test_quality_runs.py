@@ -229,6 +229,35 @@ def test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started(tmp_pat
     assert all(json.loads(p.with_suffix(".job.json").read_text())["key"]["args"] for p in (slow, fast))
 
 
+def test_a_failed_evaluation_stops_the_command_only_after_the_others_are_recorded(tmp_path, monkeypatch):
+    """One evaluation failing (its process exits 1 at once) neither leaves a slower one running unrecorded nor hides
+    the failure: evaluate_all waits for the other, records it, then exits naming the failed one's log."""
+    bad, slow = tmp_path / "bad.json", tmp_path / "slow.json"
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+
+    class Process:
+        def __init__(self, cmd, stdout=None, stderr=None, env=None):
+            self.out, self.polls, self.returncode = Path(cmd[cmd.index("--output_json") + 1]), 0, None
+
+        def poll(self):
+            self.polls += 1
+            if self.out == slow and self.polls < 3:
+                return None
+            if self.out == slow:
+                self.out.write_text(json.dumps({"ppl": 1.0}))
+            self.returncode = 0 if self.out == slow else 1
+            return self.returncode
+
+    monkeypatch.setattr(quality_runs.subprocess, "Popen", Process)
+    with pytest.raises(SystemExit, match="bad.log") as stop:
+        quality_runs.evaluate_all([(model, "ptb", bad, []), (model, "ptb", slow, [])], None)
+    assert "slow.log" not in str(stop.value)
+    assert json.loads(slow.with_suffix(".job.json").read_text())["key"]["args"]
+    assert not bad.with_suffix(".job.json").exists()
+
+
 def test_a_run_stopped_by_sigusr1_is_reported_and_the_same_pair_resumes(tmp_path, monkeypatch):
     """SIGUSR1 to one of the pair's train.py processes (sent once its first checkpoint exists, from another thread):
     train_pair says which run stopped and how to go on, rather than fail on a missing results.json; called again, it
