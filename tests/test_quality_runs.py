@@ -195,14 +195,10 @@ def test_dynamic_again_reuses_only_the_same_evaluation(converged, monkeypatch, t
     assert quality_runs.job_key(model, args)["model"] != key["model"]
 
 
-def test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started(tmp_path, monkeypatch):
-    """evaluate_all writes an evaluation's .job.json as soon as it ends: a stop while a slow evaluation still runs
-    keeps a faster one started after it. (Processes stand in for evaluate.py: the slow one ends on its third poll,
-    and checks on ending that the fast one was recorded meanwhile.)"""
-    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+def fake_evaluate_py(slow: Path, failing: Path | None = None, on_slow_end=lambda: None):
+    """Stands in for subprocess.Popen of evaluate.py: each process ends on its first poll (`slow` on its third,
+    calling `on_slow_end` then), writing {"ppl": polls} to its --output_json and exiting 0; `failing` exits 1 and
+    writes nothing."""
 
     class Process:
         def __init__(self, cmd, stdout=None, stderr=None, env=None):
@@ -213,17 +209,37 @@ def test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started(tmp_pat
             if self.out == slow and self.polls < 3:
                 return None
             if self.out == slow:
-                assert fast.with_suffix(".job.json").exists(), "the fast evaluation was not recorded as it ended"
-            self.out.write_text(json.dumps({"ppl": float(self.polls)}))
-            self.returncode = 0
-            return 0
+                on_slow_end()
+            if self.out != failing:
+                self.out.write_text(json.dumps({"ppl": float(self.polls)}))
+            self.returncode = 1 if self.out == failing else 0
+            return self.returncode
 
         def wait(self):
             while self.poll() is None:
                 pass
             return self.returncode
 
-    monkeypatch.setattr(quality_runs.subprocess, "Popen", Process)
+    return Process
+
+
+def a_model(tmp_path: Path) -> Path:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    return model
+
+
+def test_each_evaluation_is_recorded_as_it_ends_not_in_the_order_started(tmp_path, monkeypatch):
+    """evaluate_all writes an evaluation's .job.json as soon as it ends: a stop while a slow evaluation still runs
+    keeps a faster one started after it (the slow one checks, on ending, that the fast one was recorded meanwhile)."""
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+
+    def fast_is_recorded():
+        assert fast.with_suffix(".job.json").exists(), "the fast evaluation was not recorded as it ended"
+
+    monkeypatch.setattr(quality_runs.subprocess, "Popen", fake_evaluate_py(slow, on_slow_end=fast_is_recorded))
+    model = a_model(tmp_path)
     results = quality_runs.evaluate_all([(model, "ptb", slow, []), (model, "ptb", fast, [])], None)
     assert [r["ppl"] for r in results] == [3.0, 1.0]  # in the order asked
     assert all(json.loads(p.with_suffix(".job.json").read_text())["key"]["args"] for p in (slow, fast))
@@ -233,24 +249,8 @@ def test_a_failed_evaluation_stops_the_command_only_after_the_others_are_recorde
     """One evaluation failing (its process exits 1 at once) neither leaves a slower one running unrecorded nor hides
     the failure: evaluate_all waits for the other, records it, then exits naming the failed one's log."""
     bad, slow = tmp_path / "bad.json", tmp_path / "slow.json"
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-
-    class Process:
-        def __init__(self, cmd, stdout=None, stderr=None, env=None):
-            self.out, self.polls, self.returncode = Path(cmd[cmd.index("--output_json") + 1]), 0, None
-
-        def poll(self):
-            self.polls += 1
-            if self.out == slow and self.polls < 3:
-                return None
-            if self.out == slow:
-                self.out.write_text(json.dumps({"ppl": 1.0}))
-            self.returncode = 0 if self.out == slow else 1
-            return self.returncode
-
-    monkeypatch.setattr(quality_runs.subprocess, "Popen", Process)
+    model = a_model(tmp_path)
+    monkeypatch.setattr(quality_runs.subprocess, "Popen", fake_evaluate_py(slow, failing=bad))
     with pytest.raises(SystemExit, match="bad.log") as stop:
         quality_runs.evaluate_all([(model, "ptb", bad, []), (model, "ptb", slow, [])], None)
     assert "slow.log" not in str(stop.value)
