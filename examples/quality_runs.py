@@ -181,7 +181,7 @@ def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | Non
             log.close()
             running.remove(job)
             if proc.returncode != 0:  # the others go on: each is up to an hour's work that a rerun then reuses
-                failed.append(str(out_json.with_suffix(".log")))
+                failed.append(log.name)
                 continue
             record = out_json.with_suffix(".job.json")
             record.write_text(json.dumps({"key": key, "eval_minutes": (time.time() - t0) / 60}, indent=2))

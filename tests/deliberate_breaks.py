@@ -1029,7 +1029,7 @@ MUTS = [
     (
         "quality runs: a failed evaluation stops the command before the others are recorded",
         "examples/quality_runs.py",
-        'failed.append(str(out_json.with_suffix(".log")))',
+        "failed.append(log.name)",
         "raise SystemExit(f\"evaluation failed: see {out_json.with_suffix('.log')}\")",
         ["tests/test_quality_runs.py::test_a_failed_evaluation_stops_the_command_only_after_the_others_are_recorded"],
     ),
