@@ -169,29 +169,29 @@ def evaluate_all(jobs: list[tuple[Path, str, Path, list[str]]], data: Path | Non
         key, record = job_key(model, args), out_json.with_suffix(".job.json")
         if out_json.exists() and record.exists() and json.loads(record.read_text())["key"] == key:
             print(f"{out_json.name}: the same evaluation of the same model and code is done; reusing it", flush=True)
-            procs.append((None, None, out_json, key))
+            procs.append((None, None, out_json, record, key))
             continue
         record.unlink(missing_ok=True)
         log = open(out_json.with_suffix(".log"), "w")
-        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json, key))
+        procs.append(
+            (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env), log, out_json, record, key)
+        )
     running, failed = [job for job in procs if job[0] is not None], []
     while running:  # each recorded as it ends, whatever the order they started in
         for job in [job for job in running if job[0].poll() is not None]:
-            proc, log, out_json, key = job
+            proc, log, out_json, record, key = job
             log.close()
             running.remove(job)
             if proc.returncode != 0:  # the others go on: each is up to an hour's work that a rerun then reuses
                 failed.append(log.name)
                 continue
-            record = out_json.with_suffix(".job.json")
             record.write_text(json.dumps({"key": key, "eval_minutes": (time.time() - t0) / 60}, indent=2))
         if running:
             time.sleep(1)
     if failed:
         raise SystemExit(f"evaluation failed: see {', '.join(failed)} (the others are recorded and will be reused)")
     results = []
-    for _, _, out_json, _ in procs:
-        record = out_json.with_suffix(".job.json")
+    for _, _, out_json, record, _ in procs:
         result = json.loads(out_json.read_text())
         result["eval_minutes"] = json.loads(record.read_text())["eval_minutes"]
         results.append(result)
