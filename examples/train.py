@@ -14,6 +14,7 @@ stderr and exit status 2. SIGUSR1 stops a run at its next epoch end with a check
 
 import argparse
 import dataclasses
+import datetime
 import functools
 import json
 import math
@@ -48,7 +49,7 @@ TEXT_RULES = ("wikitext", "ptb", "whitespace")  # tokenization.TEXT_RULES (a tes
 # the flag's --help; a flag left at None (not given) is not checked.
 POSITIVE_INTEGERS = """bptt stride per_device_train_batch_size per_device_eval_batch_size eval_bptt num_train_epochs
 max_train_steps gradient_accumulation_steps log_every checkpointing_steps checkpoints_total_limit eval_max_tokens
-num_threads patience nonmono""".split()
+num_threads patience nonmono ddp_timeout""".split()
 RANGES = [
     *((f"--{name}", positive, "a positive integer") for name in POSITIVE_INTEGERS),
     ("--learning_rate", positive, "> 0"),
@@ -158,6 +159,13 @@ def parse_args(argv=None):
     a("--eval_max_tokens", type=int, default=None, help="evaluate on the first N tokens only (quick runs)")
     a("--sample_prompt", default=None, help="after training, generate from this prompt through pipeline()")
     a("--num_threads", type=int, default=None, help="torch CPU threads per process")
+    a(
+        "--ddp_timeout",
+        type=int,
+        default=1800,
+        help="seconds any collective of a multi-process run waits for the other ranks before it fails, so a rank "
+        "whose peer died stops rather than waits forever (default: %(default)s)",
+    )
 
     describe_ranges(p, RANGES)
 
@@ -212,7 +220,7 @@ if __name__ == "__main__":  # a mistaken command line fails here, before the imp
 
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import set_seed  # noqa: E402
+from accelerate.utils import InitProcessGroupKwargs, send_to_device, set_seed  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
 
@@ -494,6 +502,7 @@ def main(argv=None):
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         log_with=args.report_to if args.with_tracking else None,
         project_dir=args.output_dir,
+        kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=args.ddp_timeout))],
     )
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and accelerator.num_processes == 1:
         fail(
@@ -590,9 +599,10 @@ def main(argv=None):
         accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
     if resume:
         accelerator.load_state(resume)
-        # onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the other way round
-        stream = Path(resume) / f"stream_state_{rank}.pt"
-        cache.load_state_dict(torch.load(stream, weights_only=False, map_location=accelerator.device))
+        # read on the CPU, then moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the
+        # other way round. torch.load cannot map onto an indexed CPU device ("cpu:0", a gloo rank's device).
+        stream = torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False, map_location="cpu")
+        cache.load_state_dict(send_to_device(stream, accelerator.device))
     if state.clock not in (None, args.clock):  # one run's minutes are all wall or all CPU
         fail(f"{resume} counted its training time with --clock {state.clock}: resume it with --clock {state.clock}")
     state.clock = args.clock
