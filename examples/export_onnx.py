@@ -7,13 +7,13 @@ export.json: the graph's inputs and outputs, the largest log-probability differe
 --check_steps steps, the file sizes and, with --test_file, the test perplexity of PyTorch, ONNX Runtime fp32 and
 int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and tokenizers alone.
 
-The graph is one decode step, `decode_step` of the modeling file: inputs are the token ids (B,), each layer's hidden
-and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot ()); outputs
-are log p (B, V), the mixture's, and the same state after the step. The batch size is dynamic. The exporter is
-`torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor operations (its
-LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript exporter is
-deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of the
-matrix products and the embedding lookup.
+The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
+layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
+()); outputs are log p (B, V), the mixture's, and the same state after the step. The batch size is dynamic. The
+exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor
+operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript
+exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
+the matrix products and the embedding lookup.
 """
 
 import argparse
@@ -61,7 +61,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
-from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
+from modeling_pointer_sentinel.generation_pointer_sentinel import (  # noqa: E402
     DecodeState,
     decode_state,
     decode_step,

@@ -155,7 +155,8 @@ def main(argv=None):
     dtype = "float32"  # shipped weights stay exact; the check tells users what a smaller dtype costs
     suppress_unk_in_generation(model, tok)
     model.save_pretrained(out_dir, safe_serialization=True)
-    if not (out_dir / "modeling_pointer_sentinel.py").is_file() or "auto_map" not in json.loads(
+    code = ("modeling_pointer_sentinel.py", "generation_pointer_sentinel.py")  # the second as the first's import
+    if not all((out_dir / f).is_file() for f in code) or "auto_map" not in json.loads(
         (out_dir / "config.json").read_text()
     ):
         fail("save_pretrained wrote no remote code (auto_map): was the model loaded through this package?")
@@ -339,7 +340,7 @@ out = model(ids, labels=ids)
 {score_comment}
 ```
 
-`trust_remote_code=True` runs the modeling code in this folder (`modeling_pointer_sentinel.py`,
+`trust_remote_code=True` runs the code in this folder (`modeling_pointer_sentinel.py`, `generation_pointer_sentinel.py`,
 `configuration_pointer_sentinel.py`); with the `modeling_pointer_sentinel` package installed and imported, the
 package's classes load it without remote code. The tokenizer reads each line break as `<eos>`, as the training data
 was read, and decodes `<eos>` to a line break; `pipeline` drops it (it is the eos, pad and bos token) and stops at it.

@@ -3,15 +3,14 @@
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
 from .configuration_pointer_sentinel import PointerSentinelConfig
+from .generation_pointer_sentinel import PointerSentinelLogitsProcessor, PointerStash
 from .modeling_pointer_sentinel import (
     PointerSentinelCache,
     PointerSentinelCausalLMOutput,
     PointerSentinelForCausalLM,
-    PointerSentinelLogitsProcessor,
     PointerSentinelModel,
     PointerSentinelModelOutput,
     PointerSentinelPreTrainedModel,
-    PointerStash,
     pointer_mixture,
     pointer_target_log_prob,
 )

@@ -5,7 +5,7 @@ the tests that guard it (the model tests unless the entry names its own); every 
     python tests/deliberate_breaks.py cache gate # only the breaks whose name contains one of these words
 
 with the Python that has the dev extra installed (.venv/bin/python). The guarding tests run unbroken once first (the
-script stops if any fails, or if pytest could not run them at all). A break of the package's model or config
+script stops if any fails, or if pytest could not run them at all). A break of the package's model, generation or config
 code is made in the shipped copies under pretrained/ too. Exits 1 if any break passes the suite. Not collected by pytest (it runs the suite itself).
 """
 
@@ -19,6 +19,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
+GEN = "modeling_pointer_sentinel/generation_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
 A = "tests/test_adaptive_softmax.py"
@@ -114,7 +115,7 @@ MUTS = [
         '_keys_to_ignore_on_load_unexpected = [r"^pointer\\.", r"^lm_head\\."]',
         "_keys_to_ignore_on_load_unexpected = None",
     ),
-    ("labels range unchecked", M, '_check_ids("labels", labels, self.config.vocab_size, allow_ignore=True)', "pass"),
+    ("labels range unchecked", M, '_check_ids("labels", labels, config.vocab_size, allow_ignore=True)', "pass"),
     ("damaged weights: raw traceback", M, 'if type(e).__name__ != "SafetensorError":', "if True:"),
     (
         "report logits built in training",
@@ -124,7 +125,7 @@ MUTS = [
     ),
     (
         "pointer_mix via generation config copy",
-        M,
+        GEN,
         'kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)',
         'import copy\n        kwargs["generation_config"] = copy.deepcopy(kwargs.get("generation_config") or self.generation_config)\n        kwargs["generation_config"].pointer_mix = pointer_mix\n        kwargs["pointer_stash"] = PointerStash(decode_step=decode_step)',
     ),
@@ -1395,28 +1396,28 @@ MUTS = [
 MUTS += [
     (
         "fast decode: the ring's slot never advances",
-        M,
+        GEN,
         "    state.slot.add_(1).remainder_(state.keys.shape[1])",
         "    state.slot.remainder_(state.keys.shape[1])",
         [f"{FD}::test_decode_step_equals_forward_one_token_at_a_time"],
     ),
     (
         "fast decode: zoneout's expectation dropped",
-        M,
+        GEN,
         "        if p > 0:  # zoneout at evaluation: the expectation",
         "        if False:",
         [f"{FD}::test_decode_step_equals_forward_one_token_at_a_time"],
     ),
     (
         "fast decode: the vocabulary logits mixed unnormalised",
-        M,
+        GEN,
         "    vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)",
         "    vocab_log_probs = vocab",
         [f"{FD}::test_decode_step_equals_forward_one_token_at_a_time"],
     ),
     (
         "fast decode: the cache's window rolled the wrong way",
-        M,
+        GEN,
         "        shift = -int(state.slot)",
         "        shift = int(state.slot)",
         [
@@ -1426,14 +1427,14 @@ MUTS += [
     ),
     (
         "fast decode: the prompt's last position left unmixed",
-        M,
+        GEN,
         "        processors, step_scores = logits_processor, logits",
         "        processors, step_scores = later, logits",
         [f"{FD}::test_fast_generate_equals_forward_generate"],
     ),
     (
         "fast decode: suppressed tokens not suppressed",
-        M,
+        GEN,
         "            p = _TokenMask(p.suppress_tokens, math.inf)",
         "            p = _TokenMask(p.suppress_tokens, 0)",  # never active
         [
@@ -1443,7 +1444,7 @@ MUTS += [
     ),
     (
         "fast decode: min_new_tokens off by one",
-        M,
+        GEN,
         "p.prompt_length_to_skip + p.min_new_tokens)",
         "p.prompt_length_to_skip + p.min_new_tokens + 1)",  # one token too many masked
         [
@@ -1453,21 +1454,21 @@ MUTS += [
     ),
     (
         "fast decode: EOS read from the wrong column",
-        M,
+        GEN,
         "        return torch.isin(input_ids[:, -1], self.eos.to(input_ids.device))",
         "        return torch.isin(input_ids[:, -2], self.eos.to(input_ids.device))",
         [f"{FD}::test_eos_rows_continue_with_padding_and_generation_stops"],
     ),
     (
         "fast decode: finished rows not padded",
-        M,
+        GEN,
         "                tokens = torch.where(unfinished, tokens, pad)",
         "                tokens = tokens",
         [f"{FD}::test_eos_rows_continue_with_padding_and_generation_stops"],
     ),
     (
         "fast decode: packed weights kept after an in-place change",
-        M,
+        GEN,
         "        key = tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in self.parameters())",
         "        key = tuple((p.data_ptr(), p.dtype, p.device) for p in self.parameters())",
         [f"{FD}::test_changed_weights_are_repacked"],
@@ -1551,66 +1552,102 @@ MUTS += [
     ),
     (
         "fast decode loop: the token masks never recomputed past min length",
-        M,
+        GEN,
         "            self.valid_below = min([u for u in untils if u > n], default=math.inf)",
         "            self.valid_below = math.inf",
         [FD],
     ),
     (
         "fast decode loop: finished rows of a batch of 2 not padded",
-        M,
+        GEN,
         "            if has_eos and B > 1:",
         "            if has_eos and B > 2:",
         [FD],
     ),
     (
         "fast decode loop: each token written over the one before",
-        M,
+        GEN,
         "            buffer.select(1, n).copy_(tokens)",
         "            buffer.select(1, n - 1).copy_(tokens)",
         [FD],
     ),
     (
         "fast decode loop: a single eos id compared the wrong way",
-        M,
+        GEN,
         "            return input_ids[:, -1] == self.eos[0]",
         "            return input_ids[:, -1] != self.eos[0]",
         [FD],
     ),
     (
         "fast decode loop, one row: the eos test inverted",
-        M,
+        GEN,
         "        return n >= self.max_length or token in self.eos_ids",
         "        return n >= self.max_length or token not in self.eos_ids",
         [f"{FD}::test_a_single_row_stops_at_eos"],
     ),
     (
         "fast decode loop, one row: the max length passed by one",
-        M,
+        GEN,
         "        return n >= self.max_length or token in self.eos_ids",
         "        return n > self.max_length or token in self.eos_ids",
         [f"{FD}::test_continuing_from_the_fast_cache_equals_one_run"],
     ),
     (
         "fast decode loop, one row: only the first eos id stops it",
-        M,
+        GEN,
         "        self.eos_ids = frozenset(self.eos.tolist()) if eos else frozenset()",
         "        self.eos_ids = frozenset(self.eos.tolist()[:1]) if eos else frozenset()",
         [f"{FD}::test_a_single_row_stops_at_eos"],
     ),
     (
         "fast decode loop: a batch takes the one-row stop",
-        M,
+        GEN,
         "        one_row = B == 1 and stop.usual",
         "        one_row = stop.usual",
         [f"{FD}::test_eos_rows_continue_with_padding_and_generation_stops"],
     ),
     (
         "fast decode loop: the in-place mask reaches the logits kept for output_logits",
-        M,
+        GEN,
         "            step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits",
         "            step_scores = log_p.float() if mix else logits",
         [f"{FD}::test_fast_generate_equals_forward_generate"],
+    ),
+    (  # as a transformers release that drops a hook would: the override still runs, generate no longer asks it
+        "generate hooks: transformers drops _supports_default_dynamic_cache",
+        GEN,
+        "from transformers.generation.utils import GenerateDecoderOnlyOutput\n",
+        "from transformers.generation.utils import GenerateDecoderOnlyOutput\n\n"
+        "del GenerationMixin._supports_default_dynamic_cache\n",
+        ["tests/test_hf_integration.py::test_private_generate_hooks_are_what_the_overrides_assume"],
+    ),
+    (  # as a release that renames a parameter would; the positional calls still work, so only the hook test sees it
+        "generate hooks: transformers renames a parameter of _prefill",
+        GEN,
+        "from transformers.generation.utils import GenerateDecoderOnlyOutput\n",
+        "from transformers.generation.utils import GenerateDecoderOnlyOutput\n\n"
+        "_prefill = GenerationMixin._prefill\n"
+        "GenerationMixin._prefill = lambda self, input_ids, generation_config, model_kwargs, first=True: _prefill(\n"
+        "    self, input_ids, generation_config, model_kwargs, first)\n",
+        ["tests/test_hf_integration.py::test_private_generate_hooks_are_what_the_overrides_assume"],
+    ),
+    (
+        "generate hooks: one overridden again in the model class",
+        M,
+        '    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}\n',
+        '    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}\n'
+        "    _supports_default_dynamic_cache = classmethod(lambda cls: False)\n",
+        ["tests/test_hf_integration.py::test_each_generate_override_stands_in_one_place"],
+    ),
+    (  # made in the shipped copies too: the remote-code tests must see it by behaviour, not by the copies differing
+        "shipped generation copy: the decode step's query without tanh",
+        GEN,
+        "    q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)",
+        "    q = _linear(x, *w.query, w.input_first)",
+        [
+            "tests/test_pretrained.py::test_shipped_model_loads_without_the_package",
+            "tests/test_hf_integration.py::test_save_and_reload_through_remote_code_in_fresh_process",
+        ],
     ),
     (
         "recipe study: its runs read the test split",
@@ -1771,7 +1808,7 @@ def main(words=()):
             # The shipped folders' copies of the model's code are broken alike: a catch by the test that holds the
             # copies equal to the package would be no catch.
             paths = [work / f]
-            if f in (M, C) and "stay stale" not in name:  # that entry checks the copies-equal test itself
+            if f in (M, C, GEN) and "stay stale" not in name:  # that entry checks the copies-equal test itself
                 paths += [p for p in (work / "pretrained").glob(f"*/{pathlib.Path(f).name}") if old in p.read_text()]
             originals = {p: p.read_text() for p in paths}
             assert originals[work / f].count(old) == 1, f"{name}: the code to break is not found once in {f}"

@@ -7,7 +7,7 @@ from conftest import tiny_model
 from transformers.generation.streamers import BaseStreamer
 
 from modeling_pointer_sentinel import PointerSentinelCache
-from modeling_pointer_sentinel.modeling_pointer_sentinel import decode_state, decode_step, write_back
+from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, decode_step, write_back
 
 VARIANTS = {
     "sentinel": {},

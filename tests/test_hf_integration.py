@@ -1,15 +1,25 @@
+import ast
+import inspect
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import tomllib
 
 import pytest
 import torch
-from conftest import tiny_model
-from transformers import AutoTokenizer
+import transformers
+from conftest import ROOT, tiny_model
+from transformers import AutoTokenizer, GenerationMixin, PreTrainedModel
+from transformers.generation import utils as generation_utils
 
+from modeling_pointer_sentinel import generation_pointer_sentinel, modeling_pointer_sentinel
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+PACKAGE = ROOT / "modeling_pointer_sentinel"
+# The remote code: save_pretrained writes these beside the weights, and each pretrained/ folder carries them.
+CODE_FILES = ("configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py", "generation_pointer_sentinel.py")
 
 
 def run_fresh(code: str, cwd, with_stderr: bool = False) -> str:
@@ -42,6 +52,8 @@ def test_save_and_reload_through_remote_code_in_fresh_process(tmp_path, softmax)
     torch.save({"ids": ids, "logits": want.logits, "gate": want.gate}, tmp_path / "want.pt")
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForCausalLM"}
+    for name in CODE_FILES:  # save_pretrained copies the modeling file's relative imports beside it
+        assert (tmp_path / "m" / name).read_text() == (PACKAGE / name).read_text(), name
     out = run_fresh(
         """
         import torch
@@ -59,6 +71,13 @@ def test_save_and_reload_through_remote_code_in_fresh_process(tmp_path, softmax)
         assert m.dtype == torch.float32
         base = AutoModel.from_pretrained("m", trust_remote_code=True)
         assert type(base).__name__ == "PointerSentinelModel"
+        # generate's fast decode step, from the folder's generation module: each step's scores are forward's mixture
+        out = m.generate(w["ids"], max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True,
+                         pad_token_id=0)
+        for k, scores in enumerate(out.scores):
+            forward = m(out.sequences[:, : w["ids"].shape[1] + k]).logits[:, -1]
+            torch.testing.assert_close(scores, forward, atol=1e-5, rtol=1e-5, msg=f"step {k}")
+        assert any(c.__module__.endswith(".generation_pointer_sentinel") for c in type(m).__mro__)
         print("OK", type(m).__module__)
         """,
         cwd=tmp_path,
@@ -78,6 +97,84 @@ def test_reload_with_package_imported_uses_registered_classes(tmp_path):
     assert again.config.gate_type == "switch" and again.config.weight_drop == 0.2
     for (n, p), (_, q) in zip(model.state_dict().items(), again.state_dict().items(), strict=True):
         torch.testing.assert_close(p, q, msg=n)
+
+
+# transformers' private generate API that generation_pointer_sentinel.py overrides or calls: each name, the parameters
+# the code there assumes (as transformers 5.23 has them). A release that renames, drops or reorders one fails here.
+PRIVATE_HOOKS = {
+    "_sample": ["self", "input_ids", "logits_processor", "stopping_criteria", "generation_config", "synced_gpus",
+                "streamer", "model_kwargs"],
+    "_prefill": ["self", "input_ids", "generation_config", "model_kwargs", "is_first_iteration"],
+    "_update_model_kwargs_for_generation": ["self", "outputs", "model_kwargs", "is_encoder_decoder", "num_new_tokens"],
+    "_prepare_cache_for_generation": ["self", "generation_config", "model_kwargs", "generation_mode", "batch_size",
+                                      "max_cache_length"],
+    "_get_logits_processor": ["self", "generation_config", "input_ids_seq_length", "encoder_input_ids",
+                              "prefix_allowed_tokens_fn", "logits_processor", "device", "model_kwargs",
+                              "negative_prompt_ids", "negative_prompt_attention_mask"],
+    "_supports_default_dynamic_cache": [],  # a classmethod
+}  # fmt: skip
+OVERRIDDEN = {"generate", "_sample", "_prepare_cache_for_generation", "_get_logits_processor",
+              "_supports_default_dynamic_cache"}  # fmt: skip
+
+
+def hook_message(hook: str, problem: str) -> str:
+    pinned = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+                  if d.startswith("transformers"))  # fmt: skip
+    return (f"transformers {transformers.__version__} changed the private generate hook {hook} that "
+            f"generation_pointer_sentinel.py relies on ({problem}); it is tested with {pinned}. Update the override "
+            "there, then this test.")  # fmt: skip
+
+
+@pytest.mark.parametrize("hook", sorted(PRIVATE_HOOKS))
+def test_private_generate_hooks_are_what_the_overrides_assume(hook):
+    method = getattr(GenerationMixin, hook, None)
+    assert method is not None, hook_message(f"GenerationMixin.{hook}", "it is gone")
+    got = list(inspect.signature(method).parameters)
+    assert got == PRIVATE_HOOKS[hook], hook_message(f"GenerationMixin.{hook}", f"parameters {got}")
+
+
+def test_private_generate_state_is_what_the_overrides_assume():
+    """The private names generate reads that the model sets or reads: `_is_stateful` (no assisted decoding),
+    `_is_user_defined` (a cache the caller passed is returned), `_pad_token_tensor` (padding of finished rows), and
+    greedy search and sampling dispatched to `_sample`."""
+    source = inspect.getsource(GenerationMixin)
+    modes = generation_utils.GENERATION_MODES_MAPPING
+    got = {
+        m.name: modes.get(m)
+        for m in (generation_utils.GenerationMode.GREEDY_SEARCH, generation_utils.GenerationMode.SAMPLE)
+    }
+    assert set(got.values()) == {"_sample"}, hook_message("GENERATION_MODES_MAPPING", f"greedy and sampling run {got}")
+    assert hasattr(PreTrainedModel, "_is_stateful") and "self._is_stateful" in source, hook_message(
+        "_is_stateful", "generate no longer reads it"
+    )
+    assert '"_is_user_defined"' in source, hook_message("_is_user_defined", "generate no longer reads it")
+    assert "generation_config._pad_token_tensor = " in source, hook_message("_pad_token_tensor", "no longer set")
+
+
+def test_each_generate_override_stands_in_one_place():
+    """The overrides of generate's hooks live in `PointerSentinelGenerationMixin` alone, and the model runs them."""
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+    mixin = generation_pointer_sentinel.PointerSentinelGenerationMixin
+    assert OVERRIDDEN <= set(vars(mixin)), sorted(OVERRIDDEN - set(vars(mixin)))
+    for module in (modeling_pointer_sentinel, generation_pointer_sentinel):
+        for cls in (c for c in vars(module).values() if inspect.isclass(c) and c.__module__ == module.__name__):
+            if cls is not mixin:
+                assert not OVERRIDDEN & set(vars(cls)), f"{cls.__name__} overrides {OVERRIDDEN & set(vars(cls))}"
+    for hook in OVERRIDDEN:
+        assert getattr(PointerSentinelForCausalLM, hook).__qualname__.startswith(mixin.__name__), hook
+
+
+def test_modeling_file_is_the_paper_and_generation_is_its_own_module():
+    """modeling_pointer_sentinel.py holds §2 (LSTM, pointer, mixture, loss, the models) in at most 1,000 lines, with
+    the causal LM in at most 200; what generate runs is generation_pointer_sentinel.py's."""
+    source = (PACKAGE / "modeling_pointer_sentinel.py").read_text()
+    assert len(source.splitlines()) <= 1000
+    tree = {n.name: n for n in ast.parse(source).body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    moved = set(tree) & set(generation_pointer_sentinel.__all__)
+    assert not moved, f"{sorted(moved)} belong in generation_pointer_sentinel.py"
+    lm = tree["PointerSentinelForCausalLM"]
+    assert lm.end_lineno - lm.lineno + 1 <= 200, f"PointerSentinelForCausalLM is {lm.end_lineno - lm.lineno + 1} lines"
 
 
 def test_tokenizer_vocab_sizes_on_benchmark_corpora(shared_data):

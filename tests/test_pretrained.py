@@ -19,7 +19,8 @@ from conftest import ROOT, SHARED_DATA
 PRETRAINED = ROOT / "pretrained"
 FOLDERS = sorted(d for d in PRETRAINED.iterdir() if (d / "config.json").is_file()) if PRETRAINED.is_dir() else []
 FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md",
-         "eval_results.json", "configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py"}  # fmt: skip
+         "eval_results.json", "configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py",
+         "generation_pointer_sentinel.py"}  # fmt: skip
 
 CLIENT = """
 import json, lzma, math, sys
@@ -42,6 +43,12 @@ result = {"class": type(model).__module__ + "." + type(model).__name__, "dtype":
           "sample": pipe("the", max_new_tokens=5, do_sample=False)[0]["generated_text"],
           "suppressed": model.generation_config.suppress_tokens, "unk": tok.convert_tokens_to_ids("<unk>"),
           "text_rules": tok.init_kwargs.get("text_rules")}
+# the folder's generation module: each greedy step's scores are forward's mixture (where no processor masked them)
+prompt = tok("the company said", return_tensors="pt").input_ids
+out = model.generate(prompt, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
+with torch.no_grad():
+    forward = [model(out.sequences[:, : prompt.shape[1] + k]).logits[:, -1] for k in range(len(out.scores))]
+result["decode_gap"] = max((s - f)[s.isfinite()].abs().max().item() for s, f in zip(out.scores, forward))
 if text_file:
     with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
         ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it
@@ -83,6 +90,7 @@ def check_loads_without_package(folder: Path, cwd: Path, text_file: Path | None)
     # raw text is read the corpus's way, and generated text shows no <unk> unless asked
     assert client["text_rules"] == {"ptb": "ptb", "wt2": "wikitext"}[record["dataset"]], client
     assert client["suppressed"] == [client["unk"]], client
+    assert client["decode_gap"] < 1e-4, client  # the shipped decode step scores as the shipped forward does
     return client
 
 
@@ -184,7 +192,7 @@ def test_shipped_code_is_the_package_code(folder):
     """Remote code and the installed package must run the same equations, or the card's figures hold for one loading
     path only. After a change to either file, copy it into each folder and re-run these tests (the fixed slice then
     checks the figures still hold)."""
-    for name in ("modeling_pointer_sentinel.py", "configuration_pointer_sentinel.py"):
+    for name in ("modeling_pointer_sentinel.py", "configuration_pointer_sentinel.py", "generation_pointer_sentinel.py"):
         shipped, package = folder / name, ROOT / "modeling_pointer_sentinel" / name
         assert shipped.read_text() == package.read_text(), f"{shipped} differs from {package}: copy it over"
 
