@@ -19,6 +19,7 @@ import functools
 import json
 import math
 import os
+import secrets
 import shutil
 import signal
 import sys
@@ -147,11 +148,26 @@ def parse_args(argv=None):
     # checkpoints, logs, output
     a("--output_dir", default="outputs/run")
     a("--checkpointing_steps", type=int, default=None, help="save_state every N updates")
-    a("--checkpoints_total_limit", type=int, default=None, help="keep only the newest N step_N folders")
+    a(
+        "--checkpoints_total_limit",
+        type=int,
+        default=None,
+        help="keep only this run's newest N step_N folders (another run's are never deleted)",
+    )
     a(
         "--resume_from_checkpoint",
         default=None,
-        help="a step_N folder written by --checkpointing_steps, or 'latest' (the newest in --output_dir, if any)",
+        help="a step_N folder written by --checkpointing_steps, or 'latest' (the newest in --output_dir, if any). "
+        "Resuming the newest checkpoint of a run in its own --output_dir continues that run (its run id); resuming "
+        "any other (an older step while newer ones exist, or one in another folder) forks it: a new run, whose "
+        "checkpoints record the run and step it started from, and which never deletes the first run's checkpoints",
+    )
+    a(
+        "--overwrite_output_dir",
+        action="store_true",
+        help="start even though --output_dir holds checkpoints of another run (a fresh run, or a fork into the "
+        "folder of the run it forks): delete them (after loading the checkpoint resumed from). Without it such a "
+        "start is refused",
     )
     a("--with_tracking", action="store_true")
     a("--report_to", default="all")
@@ -199,14 +215,28 @@ def parse_args(argv=None):
 # skips it, and the next save removes it. A step saved twice (a periodic save, then the stop at that epoch end) keeps
 # its first checkpoint, renamed step_N.replaced, until the second is in place: a resume puts back one that a kill
 # left without its replacement.
+#
+# A run owns its checkpoints: each manifest holds the run's id, which a resumed run continues when it resumes the
+# newest checkpoint of that run in that run's own --output_dir. Any other resume forks the run's history (the newer
+# checkpoints are the first run's future, not this one's): the resumed run gets a new id and its manifests record
+# the parent (run id and step). Clean-up removes only the run's own folders; an .incomplete folder carries its run's
+# id in its name, since another run's may be a save still in progress. A run refuses to start in an --output_dir that
+# holds another run's checkpoints (their step_N names would collide) unless --overwrite_output_dir deletes them.
 MANIFEST = "checkpoint.json"
+
+
+def read_manifest(folder: Path) -> dict | None:
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def incomplete(folder: Path) -> str | None:
     """Why `folder` is not a whole checkpoint (None when it is): its manifest is missing, or a file it lists is."""
-    try:
-        files = json.loads((folder / MANIFEST).read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
+    files = (read_manifest(folder) or {}).get("files")
+    if not isinstance(files, dict):
         return f"no readable {MANIFEST}: its save did not finish"
     for name, size in files.items():
         path = folder / name
@@ -220,7 +250,7 @@ if __name__ == "__main__":  # a mistaken command line fails here, before the imp
 
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import InitProcessGroupKwargs, send_to_device, set_seed  # noqa: E402
+from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, send_to_device, set_seed  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
 
@@ -373,13 +403,55 @@ def _fsync(path: Path):
         os.close(fd)
 
 
-def tidy_checkpoints(out_dir: Path, keep: int | None, say=print):
-    """Main process: remove what kills left behind (.incomplete folders, step_N folders that are not whole
-    checkpoints) and all but the newest `keep` complete checkpoints."""
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(4)
+
+
+def owner(folder: Path) -> str | None:
+    """The run id of a checkpoint folder (its manifest's), or of an .incomplete one (its name's); None when it has
+    none (a checkpoint written before run ids, a folder without a manifest)."""
+    if folder.name.endswith(".incomplete"):
+        parts = folder.name.split(".")
+        return parts[1] if len(parts) == 3 else None
+    run_id = (read_manifest(folder) or {}).get("run_id")
+    return run_id if isinstance(run_id, str) else None
+
+
+def incomplete_folder(out_dir: Path, step: int, run_id: str) -> Path:
+    return out_dir / f"step_{step}.{run_id}.incomplete"
+
+
+def foreign_checkpoints(out_dir: Path, own: set) -> list[Path]:
+    """The checkpoints in out_dir (step_N and step_N.replaced folders with a manifest) of runs not in `own`."""
+    folders = [*checkpoint_folders(out_dir), *sorted(out_dir.glob("step_*.replaced"))]
+    return [f for f in folders if read_manifest(f) is not None and owner(f) not in own]
+
+
+def run_of(resume: Path, out_dir: Path) -> tuple[str | None, dict | None]:
+    """(the run id a run resumed from `resume` continues, None for a new one; the parent a new one records)."""
+    run_id, step = owner(resume), (read_manifest(resume) or {}).get("step")
+    newer = [
+        f
+        for f in checkpoint_folders(resume.parent)
+        if int(f.name[5:]) > step and owner(f) == run_id and incomplete(f) is None
+    ]
+    if resume.parent.resolve() == out_dir.resolve() and not newer:
+        return run_id, None
+    return None, {"run_id": run_id, "step": step, "folder": str(resume)}
+
+
+def tidy_checkpoints(out_dir: Path, keep: int | None, own: set, say=print):
+    """Main process: remove this run's leftovers of kills (its .incomplete and .replaced folders, its step_N folders
+    that are not whole checkpoints, and step_N folders with no manifest, which no save leaves) and all but its newest
+    `keep` complete checkpoints. `own`: the run ids that are this run's (None too for a run resumed from a checkpoint
+    written before run ids). Another run's folders are never touched."""
     for leftover in [*out_dir.glob("step_*.incomplete"), *out_dir.glob("step_*.replaced")]:
-        shutil.rmtree(leftover)
+        if owner(leftover) in own:
+            shutil.rmtree(leftover)
     complete = []
     for folder in checkpoint_folders(out_dir):
+        if read_manifest(folder) is not None and owner(folder) not in own:
+            continue
         if (why := incomplete(folder)) is None:
             complete.append(folder)
         else:
@@ -389,9 +461,15 @@ def tidy_checkpoints(out_dir: Path, keep: int | None, say=print):
         shutil.rmtree(old)
 
 
-def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None):
+def write_manifest(path: Path, manifest: dict):
+    path.write_text(json.dumps(manifest))
+    _fsync(path)
+
+
+def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None, run: dict):
+    """`run`: this run's identity, {"run_id", "own" (see tidy_checkpoints), "parent" (None unless a fork)}."""
     final = out_dir / f"step_{step}"
-    tmp = final.with_name(final.name + ".incomplete")
+    tmp = incomplete_folder(out_dir, step, run["run_id"])
     if accelerator.is_main_process and tmp.exists():  # a kill's leftover
         shutil.rmtree(tmp)
     accelerator.wait_for_everyone()
@@ -402,9 +480,8 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
         files = sorted(p for p in tmp.iterdir() if p.is_file())
         for path in files:
             _fsync(path)
-        manifest = tmp / MANIFEST
-        manifest.write_text(json.dumps({"step": step, "files": {p.name: p.stat().st_size for p in files}}))
-        _fsync(manifest)
+        manifest = {"step": step, "run_id": run["run_id"], "files": {p.name: p.stat().st_size for p in files}}
+        write_manifest(tmp / MANIFEST, manifest | ({"parent": run["parent"]} if run["parent"] else {}))
         if final.exists():  # this step saved before: whole until the new one takes its name
             replaced = final.with_name(final.name + ".replaced")
             if replaced.exists():  # a leftover of an earlier kill, with this step's checkpoint in place
@@ -412,7 +489,7 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
             os.replace(final, replaced)
         os.replace(tmp, final)
         _fsync(out_dir)
-        tidy_checkpoints(out_dir, keep, accelerator.print)
+        tidy_checkpoints(out_dir, keep, run["own"], accelerator.print)
     accelerator.wait_for_everyone()
 
 
@@ -512,6 +589,33 @@ def main(argv=None):
     W, rank = accelerator.num_processes, accelerator.process_index
     set_seed(args.seed, device_specific=True)  # dropout masks differ per rank, as in one big batch
 
+    # ---- which checkpoint to resume, and which run this is (every rank reads the same folders) ----
+    out_dir = Path(args.output_dir)
+    resume = args.resume_from_checkpoint
+    if resume == "latest":
+        if accelerator.is_main_process and out_dir.is_dir():
+            restore_replaced(out_dir, accelerator.print)
+        accelerator.wait_for_everyone()
+        resume = latest_checkpoint(out_dir, accelerator.print) if out_dir.is_dir() else None
+        accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
+    run_id, parent = run_of(Path(resume), out_dir) if resume else (None, None)
+    own = {run_id} if resume and not parent else set()  # None too: a run from before run ids is resumed as it was
+    if run_id is None:
+        run_id = broadcast_object_list([new_run_id()])[0] if W > 1 else new_run_id()
+    own.add(run_id)
+    if parent:
+        accelerator.print(f"run {run_id}: a new run forked from run {parent['run_id']} at step {parent['step']} "
+                          f"({parent['folder']})")  # fmt: skip
+    if (foreign := foreign_checkpoints(out_dir, own) if out_dir.is_dir() else []) and not args.overwrite_output_dir:
+        others = sorted({str(owner(f)) for f in foreign})
+        fork = f"this run forks run {parent['run_id']} at step {parent['step']}; " if parent else ""
+        fail(
+            f"{out_dir} holds {len(foreign)} checkpoint(s) of another run ({', '.join(others)}: "
+            f"{', '.join(f.name for f in foreign)}); {fork}resume it with --resume_from_checkpoint latest, give "
+            "another --output_dir, or --overwrite_output_dir to delete them"
+        )
+    run = {"run_id": run_id, "own": own, "parent": parent}
+
     # ---- data, tokenizer, model (all checks before any training) ----
     with accelerator.main_process_first():
         splits = load_splits(args)
@@ -590,19 +694,17 @@ def main(argv=None):
 
     accelerator.register_save_state_pre_hook(save_tied_weights_once)
     cache = PointerSentinelCache()
-    resume = args.resume_from_checkpoint
-    if resume == "latest":
-        if accelerator.is_main_process:
-            restore_replaced(Path(args.output_dir), accelerator.print)
-        accelerator.wait_for_everyone()
-        resume = latest_checkpoint(Path(args.output_dir), accelerator.print)
-        accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
     if resume:
         accelerator.load_state(resume)
         # read on the CPU, then moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the
         # other way round. torch.load cannot map onto an indexed CPU device ("cpu:0", a gloo rank's device).
         stream = torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False, map_location="cpu")
         cache.load_state_dict(send_to_device(stream, accelerator.device))
+    if foreign and accelerator.is_main_process:  # --overwrite_output_dir, once the checkpoint resumed from is loaded
+        for folder in foreign:
+            shutil.rmtree(folder)
+        accelerator.print(f"--overwrite_output_dir: deleted {len(foreign)} checkpoint(s) of another run")
+    accelerator.wait_for_everyone()
     if state.clock not in (None, args.clock):  # one run's minutes are all wall or all CPU
         fail(f"{resume} counted its training time with --clock {state.clock}: resume it with --clock {state.clock}")
     state.clock = args.clock
@@ -619,14 +721,13 @@ def main(argv=None):
     )
     if args.with_tracking:
         accelerator.init_trackers("pointer_sentinel", {k: v for k, v in vars(args).items() if k != "model"})
-    out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     log_file = out_dir / "log.jsonl"
 
     def log(record):
-        if accelerator.is_main_process:
+        if accelerator.is_main_process:  # each line says which run wrote it (several runs may share the file)
             with log_file.open("a") as f:
-                f.write(json.dumps(record) + "\n")
+                f.write(json.dumps({**record, "run_id": run_id}) + "\n")
         if args.with_tracking:
             accelerator.log(record, step=state.step)
 
@@ -701,7 +802,7 @@ def main(argv=None):
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 state.train_seconds = time_limit.elapsed()
-                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
+                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run)
             out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
                 state.stopped = f"max_train_steps ({args.max_train_steps})"
@@ -757,7 +858,7 @@ def main(argv=None):
             break
     if paused:  # a checkpoint at the epoch end, and no results: the run is not over
         state.train_seconds = time_limit.elapsed()
-        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)
+        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run)
         saved = out_dir / f"step_{state.step}"
         accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
                           "with --resume_from_checkpoint latest")  # fmt: skip

@@ -1,10 +1,13 @@
 """examples/train.py, killed with SIGKILL inside a checkpoint save: `KILL_AT=S:E` kills the process at the E-th file
-operation of its S-th save (counted from this process's start). A file write is cut halfway, an `os.replace` is killed
-before or after it happens (two events), a `shutil.rmtree` after deleting one file. Used by tests/test_checkpoints.py;
-the kill is a real SIGKILL, so nothing of the process runs after it. With `SIGNAL_AT` set as well, the run also asks
-itself to stop (tests/signal_after_save.py), so a kill can land in the stop's save."""
+operation of its S-th save (counted from this process's start). A file write (the manifest's included) is cut
+halfway, an `os.replace` is killed before or after it happens (two events), a `shutil.rmtree` after deleting one file.
+`KILL_AT_STEP=N` kills it right after its N-th optimizer step instead (during training, between saves). Under
+`accelerate launch` each rank counts its own events and steps; `KILL_RANK=R` kills rank R only. Used by
+tests/test_checkpoints.py; the kill is a real SIGKILL, so nothing of the process runs after it. With `SIGNAL_AT` set
+as well, the run also asks itself to stop (tests/signal_after_save.py), so a kill can land in the stop's save."""
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -14,19 +17,22 @@ from pathlib import Path
 import accelerate.utils.other
 import safetensors.torch
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train  # noqa: E402
 
-KILL_SAVE, KILL_EVENT = (int(v) for v in os.environ["KILL_AT"].split(":"))
-saves, events = 0, 0
+KILL_SAVE, KILL_EVENT = (int(v) for v in os.environ.get("KILL_AT", "0:0").split(":"))
+KILL_STEP = int(os.environ.get("KILL_AT_STEP", 0))
+THIS_RANK = os.environ.get("KILL_RANK", os.environ.get("RANK", "0")) == os.environ.get("RANK", "0")
+saves, events, steps = 0, 0, 0
 
 
 def event() -> bool:
     """Count one file operation of the current save; True when it is the one to die at."""
     global events
     events += 1
-    return saves == KILL_SAVE and events == KILL_EVENT
+    return THIS_RANK and saves == KILL_SAVE and events == KILL_EVENT
 
 
 def die():
@@ -35,6 +41,7 @@ def die():
 
 
 original_save, original_replace, original_rmtree = torch.save, os.replace, shutil.rmtree
+original_write_manifest = train.write_manifest
 
 
 def torch_save(obj, f, *args, **kwargs):
@@ -70,6 +77,21 @@ def rmtree(path, *args, **kwargs):
     return original_rmtree(path, *args, **kwargs)
 
 
+def write_manifest(path, manifest):
+    if event():
+        text = json.dumps(manifest)
+        Path(path).write_text(text[: len(text) // 2])
+        die()
+    return original_write_manifest(path, manifest)
+
+
+def step_taken(*_):
+    global steps
+    steps += 1
+    if THIS_RANK and steps == KILL_STEP:
+        die()
+
+
 def save_checkpoint(*args, **kwargs):
     global saves, events
     saves, events = saves + 1, 0
@@ -79,6 +101,8 @@ def save_checkpoint(*args, **kwargs):
 torch.save, os.replace, shutil.rmtree = torch_save, replace, rmtree
 accelerate.utils.other.safe_save_file = safe_save_file
 original_save_checkpoint, train.save_checkpoint = train.save_checkpoint, save_checkpoint
+train.write_manifest = write_manifest
+register_optimizer_step_post_hook(step_taken)
 
 if "SIGNAL_AT" in os.environ:
     import signal_after_save  # noqa: F401,E402  (wraps the save counted above)

@@ -4,9 +4,9 @@ with --resume_from_checkpoint latest, ends bit-exact with a run that was never k
 import json
 import os
 import signal
-import subprocess
 import sys
 
+import launching
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -15,10 +15,11 @@ from test_train import TINY, TRAIN, _env, losses, repeated_sentences, train_modu
 KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
 SIGNALLER = TRAIN.parents[1] / "tests" / "signal_after_save.py"
 
-# Events of one save (tests/kill_during_save.py counts them): 1 model.safetensors, 2 optimizer.bin,
-# 3 random_states_0.pkl, 4-6 custom_checkpoint_{0,1,2}.pkl, 7 stream_state_0.pt, 8/9 before/after the rename to
-# step_N, 10 inside the rmtree of the checkpoint past the limit.
-KILL_EVENTS = [1, 2, 4, 7, 8, 9, 10]
+# The file operations of one save (tests/kill_during_save.py counts them), each killed once: 1 model.safetensors,
+# 2 optimizer.bin, 3 random_states_0.pkl, 4-6 custom_checkpoint_{0,1,2}.pkl, 7 stream_state_0.pt, 8 the manifest
+# checkpoint.json, 9/10 before/after the rename of step_N.<run id>.incomplete to step_N, 11 inside the rmtree of the
+# checkpoint past the limit. (Each write is cut halfway, a rename killed before or after it happens.)
+KILL_EVENTS = list(range(1, 12))
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def common_args(corpus, tmp_path):
 
 def run(script, args, kill_at=None, **more_env):
     env = {"HF_HUB_OFFLINE": "1", **_env(), **({"KILL_AT": kill_at} if kill_at else {}), **more_env}
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, env=env, timeout=600)
+    return launching.run([sys.executable, str(script), *args], env=env)
 
 
 def log_rows(out):
@@ -57,7 +58,7 @@ def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tm
     for event in KILL_EVENTS:
         done = run(KILLER, [*args, "--output_dir", str(killed)], kill_at=f"2:{event}")
         assert done.returncode == -signal.SIGKILL, (event, done.stderr[-3000:])
-        if event < 10:  # a save cut short is invisible: every step_N folder is a whole checkpoint
+        if event < 11:  # a save cut short is invisible: every step_N folder is a whole checkpoint
             train = train_module()
             assert all(train.incomplete(f) is None for f in train.checkpoint_folders(killed)), event
     done = run(TRAIN, [*args, "--output_dir", str(killed)])
@@ -160,8 +161,13 @@ def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"stopped after epoch 1 as asked (SIGUSR1), checkpoint {stopped / f'step_{epoch_end}'}" in done.stdout
     assert not (stopped / "results.json").exists() and not (stopped / "model.safetensors").exists()
-    untimed = [{k: v for k, v in r.items() if k != "targets_per_s"} for r in log_rows(stopped)]
-    assert untimed == [{k: v for k, v in r.items() if k != "targets_per_s"} for r in log_rows(whole)][: len(untimed)]
+    untimed = [{k: v for k, v in r.items() if k not in ("targets_per_s", "run_id")} for r in log_rows(stopped)]
+    assert (
+        untimed
+        == [{k: v for k, v in r.items() if k not in ("targets_per_s", "run_id")} for r in log_rows(whole)][
+            : len(untimed)
+        ]
+    )
     assert "valid_ppl" in untimed[-1] and untimed[-1]["step"] == epoch_end
     saved = stopped / f"step_{epoch_end}"
     assert json.loads((saved / "checkpoint.json").read_text())["step"] == epoch_end
@@ -178,10 +184,10 @@ def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_
     ) | {"train_minutes": 0}
 
 
-# Events of a save at a step saved before (tests/kill_during_save.py): 1-7 its files, 8/9 before/after the rename of
-# the first checkpoint to step_N.replaced, 10/11 before/after the rename of the new one to step_N, 12 inside the
-# rmtree of step_N.replaced. 9: only the first is whole (after 11 both are, as in the first kill test's case 9).
-RESAVE_EVENTS = [9]
+# Events of a save at a step saved before (tests/kill_during_save.py): 1-7 its files, 8 its manifest, 9/10
+# before/after the rename of the first checkpoint to step_N.replaced, 11/12 before/after the rename of the new one to
+# step_N, 13 inside the rmtree of step_N.replaced. 10: only the first is whole, as step_N.replaced.
+RESAVE_EVENTS = [10]
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +214,7 @@ def test_sigkill_inside_the_second_save_of_a_step_resumes_from_that_step_bit_exa
     done = run(TRAIN, [*args, "--output_dir", str(killed)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resuming from {killed / f'step_{epoch_end}'}" in done.stdout
-    assert (f"restored {killed / f'step_{epoch_end}'}" in done.stdout) == (event == 9)
+    assert (f"restored {killed / f'step_{epoch_end}'}" in done.stdout) == (event == 10)
     reference = losses(whole)
     assert all(r["train_loss"] == reference[r["step"]] for r in log_rows(killed) if "train_loss" in r)
     a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")

@@ -2,11 +2,11 @@ import collections
 import json
 import math
 import random
-import subprocess
 import sys
 import types
 from pathlib import Path
 
+import launching
 import pytest
 import torch
 from conftest import ROOT, tiny_model
@@ -43,15 +43,16 @@ def data_args(corpus):
             "--test_file", str(corpus / "test.txt"), "--config", str(TINY)]  # fmt: skip
 
 
-def launch(args, processes=1, port=29617, check=True):
+def launch(args, processes=1, port=29617, check=True, script=TRAIN, **env):
+    """Run `script` (train.py, or a test wrapper of it) in one process or under `accelerate launch` with gloo ranks,
+    its whole process group killed when it ends (tests/launching.py): no rank outlives the test."""
     if processes == 1:
-        cmd = [sys.executable, str(TRAIN), *args]
-    else:
+        cmd = [sys.executable, str(script), *args]
+    else:  # a collective that waits on a dead rank fails within --ddp_timeout rather than hanging
         cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               str(port), str(TRAIN), "--cpu", *args]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env()},
-                          timeout=600)  # fmt: skip
+               str(port), str(script), "--cpu", "--ddp_timeout", "120", *args]  # fmt: skip
+    done = launching.run(cmd, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env(), **env})
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
