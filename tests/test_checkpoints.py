@@ -10,7 +10,7 @@ import launching
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_train import TINY, TRAIN, _env, losses, repeated_sentences, train_module
+from test_train import TINY, TRAIN, _env, launch, losses, repeated_sentences, small_args, train_module
 
 KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
 SIGNALLER = TRAIN.parents[1] / "tests" / "signal_after_save.py"
@@ -78,6 +78,11 @@ def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tm
     )
     left = sorted(p.name for p in killed.iterdir() if p.name.startswith("step_"))
     assert left == ["step_35", "step_36"]  # the limit holds, and nothing half-written or half-deleted is left
+    # one run through every life: each resume continued the run id of the checkpoint it resumed from
+    assert len({r["run_id"] for r in log_rows(killed)}) == 1
+    assert {json.loads((killed / n / "checkpoint.json").read_text())["run_id"] for n in left} == {
+        log_rows(killed)[0]["run_id"]
+    }
     # the best weights ride in each checkpoint (custom object 2) with the tied matrix once, as in model.safetensors
     best = torch.load(killed / "step_36" / "custom_checkpoint_2.pkl", weights_only=True)["weights"]
     tied = best["lm_head.weight"], best["model.embed_tokens.weight"]
@@ -276,3 +281,131 @@ def test_sigusr1_stops_a_run_without_validation_at_its_epoch_end(small_corpus, t
     done = run(SIGNALLER, limited, SIGNAL_AT="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "as asked" not in done.stdout and (tmp_path / "limited" / "results.json").exists()
+
+
+def same_model_and_test_ppl(a, b):
+    wa, wb = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert (
+        json.loads((a / "results.json").read_text())["test_ppl"]
+        == json.loads((b / "results.json").read_text())["test_ppl"]
+    )
+
+
+def test_two_rank_run_killed_in_training_and_in_saves_resumes_latest_bit_exact(small_corpus, tmp_path):
+    """`accelerate launch` with 2 gloo ranks, killed (a real SIGKILL of one rank; the launcher then stops the other)
+    during training, in rank 0's manifest write and in rank 1's own file of a save, each time resumed with
+    --resume_from_checkpoint latest: every loss ever logged, the final model and the test perplexity are those of
+    the 2-rank run never killed."""
+    args = common_args(small_corpus, tmp_path)
+    args[args.index("--max_train_steps") + 1] = "10"
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    launch([*args, "--output_dir", str(whole)], processes=2, port=29631)
+    # rank 1 after its 3rd optimizer step (before that step's save); rank 0 in its 2nd save's manifest (event 8);
+    # rank 1 in its 2nd save's stream_state_1.pt (its events: 1 random_states_1.pkl, 2 stream_state_1.pt)
+    for kill in ({"KILL_AT_STEP": "3", "KILL_RANK": "1"}, {"KILL_AT": "2:8", "KILL_RANK": "0"},
+                 {"KILL_AT": "2:2", "KILL_RANK": "1"}):  # fmt: skip
+        done = launch([*args, "--output_dir", str(killed)], processes=2, port=29631, check=False, script=KILLER,
+                      **kill)  # fmt: skip
+        assert done.returncode != 0 and "Signal 9 (SIGKILL)" in done.stderr, (kill, done.stderr[-3000:])
+        assert not (killed / "results.json").exists()
+    done = launch([*args, "--output_dir", str(killed)], processes=2, port=29631)
+    assert "resuming from" in done.stdout
+    reference = losses(whole)
+    rows = [r for r in log_rows(killed) if "train_loss" in r]
+    assert {r["step"] for r in rows} == set(reference)
+    assert all(r["train_loss"] == reference[r["step"]] for r in rows)
+    same_model_and_test_ppl(whole, killed)
+    assert len({r["run_id"] for r in log_rows(killed)}) == 1
+
+
+# ---- a run owns its checkpoints ----
+def manifest(folder):
+    return json.loads((folder / "checkpoint.json").read_text())
+
+
+def step_folders(out):
+    names = [p.name for p in out.iterdir() if p.name.startswith("step_")]
+    return sorted(names, key=lambda n: (int(n[5:].split(".")[0]), n))
+
+
+def test_clean_up_removes_only_the_runs_own_folders(tmp_path):
+    """With a limit of 1, run "mine" keeps its newest checkpoint and loses its older one and its kill leftovers;
+    another run's newer checkpoint, its half-deleted one, its .replaced and its .incomplete (maybe a save in progress)
+    stay, and a folder no save wrote (no manifest) goes."""
+    train = train_module()
+
+    def checkpoint(name, run_id, step, whole=True):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "model.safetensors").write_bytes(b"12345")
+        files = {"model.safetensors": 5 if whole else 6}
+        (folder / "checkpoint.json").write_text(json.dumps({"step": step, "run_id": run_id, "files": files}))
+
+    checkpoint("step_2", "mine", 2)
+    checkpoint("step_3", "mine", 3)
+    checkpoint("step_4", "mine", 4, whole=False)  # a kill inside its deletion
+    checkpoint("step_5.replaced", "mine", 5)
+    (tmp_path / "step_6.mine.incomplete").mkdir()
+    checkpoint("step_1", "other", 1, whole=False)
+    checkpoint("step_8", "other", 8)
+    checkpoint("step_9.replaced", "other", 9)
+    (tmp_path / "step_9.other.incomplete").mkdir()
+    (tmp_path / "step_7").mkdir()  # no manifest: not a checkpoint of any run
+    train.tidy_checkpoints(tmp_path, 1, {"mine"}, say=lambda _: None)
+    assert step_folders(tmp_path) == ["step_1", "step_3", "step_8", "step_9.other.incomplete", "step_9.replaced"]
+
+
+def test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting(small_corpus, tmp_path, capsys):
+    """The issue's case: run A leaves its checkpoints; a fresh run B in the same folder stops with one error line and
+    deletes nothing. `latest` continues A (its run id); --overwrite_output_dir lets B start, deleting A's checkpoints,
+    and B keeps its own under its limit. Each log line names its run."""
+    train, out = train_module(), tmp_path / "out"
+    common = ["--checkpointing_steps", "2", "--checkpoints_total_limit", "1", "--num_threads", "1"]
+    train.main(small_args(small_corpus, out, *common, "--max_train_steps", "4"))
+    a = manifest(out / "step_4")["run_id"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        train.main(small_args(small_corpus, out, *common, "--max_train_steps", "2"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert f"{out} holds 1 checkpoint(s) of another run ({a}: step_4)" in err[0] and "--overwrite_output_dir" in err[0]
+    assert step_folders(out) == ["step_4"]
+    train.main(small_args(small_corpus, out, *common, "--max_train_steps", "6", "--resume_from_checkpoint", "latest"))
+    assert step_folders(out) == ["step_6"] and manifest(out / "step_6")["run_id"] == a
+    train.main(small_args(small_corpus, out, *common, "--max_train_steps", "4", "--overwrite_output_dir"))
+    assert step_folders(out) == ["step_4"]
+    b = manifest(out / "step_4")["run_id"]
+    assert b != a and "parent" not in manifest(out / "step_4")
+    assert [r["run_id"] for r in log_rows(out) if "train_loss" in r] == [a] * 6 + [b] * 4
+
+
+def test_resuming_an_older_checkpoint_forks_a_new_run_that_keeps_the_first_runs_checkpoints(
+    small_corpus, tmp_path, capsys
+):
+    """Resuming step_4 of run A while A's step_6 and step_8 exist starts a new run from A's past: into A's own folder
+    it is refused (its step_6 would take the name of A's), into another folder it trains on bit-exact from A's step 4
+    under a new run id whose checkpoints name A and step 4 as their parent, and A's checkpoints stay as they were."""
+    train, a_dir = train_module(), tmp_path / "a"
+    common = ["--checkpointing_steps", "2", "--num_threads", "1", "--max_train_steps", "8"]
+    train.main(small_args(small_corpus, a_dir, *common))
+    a = manifest(a_dir / "step_8")["run_id"]
+    before = {p.relative_to(a_dir): p.read_bytes() for p in a_dir.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    from_4 = ["--resume_from_checkpoint", str(a_dir / "step_4")]
+    with pytest.raises(SystemExit) as stop:
+        train.main(small_args(small_corpus, a_dir, *common, *from_4))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and f"this run forks run {a} at step 4" in err[0], err
+    fork = tmp_path / "fork"
+    train.main(small_args(small_corpus, fork, *common, *from_4, "--checkpoints_total_limit", "1"))
+    assert f"a new run forked from run {a} at step 4" in capsys.readouterr().out
+    assert {p.relative_to(a_dir): p.read_bytes() for p in a_dir.rglob("*") if p.is_file()} == before
+    assert step_folders(fork) == ["step_8"]
+    assert manifest(fork / "step_8")["run_id"] != a
+    assert manifest(fork / "step_8")["parent"] == {"run_id": a, "step": 4, "folder": str(a_dir / "step_4")}
+    reference = losses(a_dir)
+    assert all(loss == reference[step] for step, loss in losses(fork).items()) and sorted(losses(fork)) == [5, 6, 7, 8]
+    # resuming A's newest checkpoint in A's folder continues run A
+    train.main(small_args(small_corpus, a_dir, *common[:-1], "10", "--resume_from_checkpoint", str(a_dir / "step_8")))
+    assert manifest(a_dir / "step_10")["run_id"] == a and "parent" not in manifest(a_dir / "step_10")
