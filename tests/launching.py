@@ -1,9 +1,11 @@
 """Processes the tests start (train.py, `accelerate launch` and its ranks) never outlive their test.
 
-Each command runs in its own session, so it and everything it starts (a launcher's ranks) form one process group;
-the whole group is SIGKILLed when the command ends, fails, times out or the test stops (an exception, Ctrl-C,
-pytest -x). A watchdog process kills the group too if the test process itself dies without its teardown (a pytest
-worker killed): the ranks would otherwise live on with PPID 1, each waiting in a collective for the others.
+Each command runs in a session of its own, with a token in its environment that every process it starts inherits.
+A launcher's ranks cannot be reached through its process group: torch's elastic agent starts each rank in a session of
+its own, and a rank whose launcher is gone lives on with PPID 1. So at the command's end (its exit, a failure, a
+timeout, the test stopping: an exception, Ctrl-C, pytest -x) every process that carries the token is SIGKILLed,
+wherever it has gone; and a watchdog process does the same if the test process itself dies without its teardown (a
+pytest worker killed). Linux: the processes are found through /proc.
 """
 
 import contextlib
@@ -11,60 +13,78 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import uuid
 
-# Polls whether its owner (the test process, its parent) still lives and whether the group still exists.
+TOKEN = "POINTER_SENTINEL_TEST_LAUNCH"
+
+# Kills the launch's processes once its owner (the test process, its parent) is gone; ends when they are all gone.
 WATCHDOG = """
-import os, signal, sys, time
-owner, group = int(sys.argv[1]), int(sys.argv[2])
+import os, sys, time
+sys.path.insert(0, sys.argv[3])
+import launching
+owner, token = int(sys.argv[1]), sys.argv[2]
 while os.getppid() == owner:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
+    if not launching.members(token):
         sys.exit(0)
     time.sleep(0.5)
-try:
-    os.killpg(group, signal.SIGKILL)
-except ProcessLookupError:
-    pass
+launching.kill_all(token)
 """
 
 
-def kill_group(group: int):
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(group, signal.SIGKILL)
-
-
-def group_members(group: int) -> list[int]:
-    """The live (not zombie) processes of a process group, from /proc (Linux)."""
-    members = []
+def members(token: str) -> list[int]:
+    """The live (not zombie) processes whose environment carries `token`."""
+    mark, found = f"{TOKEN}={token}".encode(), []
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-            except OSError:  # ended meanwhile
-                continue
-            if int(fields[2]) == group and fields[0] != "Z":
-                members.append(int(entry))
-    return members
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if mark not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]  # after the command name, which may hold spaces
+        except OSError:  # ended meanwhile, or not ours
+            continue
+        if state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def kill_all(token: str):
+    """SIGKILL every process that carries `token`, again until none is left (one may have started another)."""
+    for _ in range(100):
+        if not (pids := members(token)):
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
-def process_group(cmd, **popen_kwargs):
-    """Popen(cmd) in a session of its own; on exit, whatever happened, its whole process group is killed."""
-    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
-    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), str(proc.pid)])
+def process_group(cmd, env=None, **popen_kwargs):
+    """Popen(cmd) in a session of its own, marked with a token (`proc.token`); on exit, whatever happened, every
+    process that carries the token is killed."""
+    token = uuid.uuid4().hex
+    env = {**(os.environ if env is None else env), TOKEN: token}
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, **popen_kwargs)
+    proc.token = token
+    here = os.path.dirname(os.path.abspath(__file__))
+    watchdog = subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), token, here])
     try:
         yield proc
     finally:
-        kill_group(proc.pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        kill_all(token)
         proc.wait()
         watchdog.kill()
         watchdog.wait()
 
 
 def run(cmd, timeout=600, **popen_kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run(cmd, capture_output=True, text=True), with the command's process group killed at its end."""
+    """subprocess.run(cmd, capture_output=True, text=True), with every process the command started killed at its end."""
     with process_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs) as proc:
         stdout, stderr = proc.communicate(timeout=timeout)
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)

@@ -2,7 +2,9 @@ import collections
 import json
 import math
 import random
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -43,15 +45,19 @@ def data_args(corpus):
             "--test_file", str(corpus / "test.txt"), "--config", str(TINY)]  # fmt: skip
 
 
+def launch_command(args, processes=1, port=29617, script=TRAIN):
+    if processes == 1:
+        return [sys.executable, str(script), *args]
+    # a collective that waits on a dead rank fails within --ddp_timeout rather than hanging
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+            str(port), str(script), "--cpu", "--ddp_timeout", "120", *args]  # fmt: skip
+
+
 def launch(args, processes=1, port=29617, check=True, script=TRAIN, **env):
     """Run `script` (train.py, or a test wrapper of it) in one process or under `accelerate launch` with gloo ranks,
     its whole process group killed when it ends (tests/launching.py): no rank outlives the test."""
-    if processes == 1:
-        cmd = [sys.executable, str(script), *args]
-    else:  # a collective that waits on a dead rank fails within --ddp_timeout rather than hanging
-        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               str(port), str(script), "--cpu", "--ddp_timeout", "120", *args]  # fmt: skip
+    cmd = launch_command(args, processes, port, script)
     done = launching.run(cmd, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env(), **env})
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
@@ -93,6 +99,69 @@ def test_two_process_launch_trains_as_one_process_with_double_batch(corpus, tmp_
         assert a[step] == pytest.approx(b[step], rel=1e-5), step
     rows = [json.loads(line) for line in (tmp_path / "two" / "log.jsonl").read_text().splitlines()]
     assert all(r["world_size"] == 2 for r in rows if "world_size" in r)
+
+
+def wait_for(condition, what: str, limit_s: float = 300):
+    for _ in range(int(limit_s * 10)):
+        if condition():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"gave up waiting for {what} after {limit_s} s")
+
+
+def endless_two_rank_launch(corpus, out: Path) -> list[str]:
+    return launch_command(data_args(corpus) + ["--output_dir", str(out), "--num_train_epochs", "1000", "--num_threads",
+                                               "1"], processes=2, port=29641)  # fmt: skip
+
+
+def test_a_launch_stopped_midway_leaves_no_rank_behind(corpus, tmp_path):
+    """A test that stops while its 2-rank launch trains (an exception, a timeout, pytest -x) kills the launcher and
+    both ranks: none lives on with PPID 1 (torch's launcher starts each rank in a session of its own, out of reach of
+    the launcher's process group)."""
+    out, token = tmp_path / "out", None
+    try:
+        env = {"HF_HUB_OFFLINE": "1", **_env()}
+        quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, env=env)
+        with launching.process_group(endless_two_rank_launch(corpus, out), **quiet) as proc:
+            token = proc.token
+            wait_for(lambda: (out / "log.jsonl").exists(), "the ranks to train")
+            assert len(launching.members(token)) >= 3  # the launcher and its two ranks
+        assert launching.members(token) == []
+    finally:
+        if token:
+            launching.kill_all(token)
+
+
+OWNER = """
+import subprocess, sys, time
+sys.path.insert(0, sys.argv[1])
+import launching
+with launching.process_group(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+    print(proc.token, flush=True)
+    time.sleep(3600)
+"""
+
+
+def test_a_launch_whose_test_process_is_killed_leaves_no_rank_behind(corpus, tmp_path):
+    """The process that started a 2-rank launch is SIGKILLed (a pytest worker killed: no teardown runs): the
+    launch's watchdog kills the launcher and both ranks."""
+    out, token, owner = tmp_path / "out", None, None
+    try:
+        cmd = [sys.executable, "-c", OWNER, str(ROOT / "tests"), *endless_two_rank_launch(corpus, out)]
+        owner = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+                                 env={"HF_HUB_OFFLINE": "1", **_env()})  # fmt: skip
+        token = owner.stdout.readline().strip()
+        wait_for(lambda: (out / "log.jsonl").exists(), "the ranks to train")
+        assert len(launching.members(token)) >= 3
+        owner.kill()
+        owner.wait()
+        wait_for(lambda: not launching.members(token), "the watchdog to kill every process of the launch", 30)
+    finally:
+        if owner:
+            owner.kill()
+            owner.wait()
+        if token:
+            launching.kill_all(token)
 
 
 def test_resume_reproduces_uninterrupted_losses(corpus, tmp_path):
