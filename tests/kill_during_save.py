@@ -1,7 +1,8 @@
 """examples/train.py, killed with SIGKILL inside a checkpoint save: `KILL_AT=S:E` kills the process at the E-th file
 operation of its S-th save (counted from this process's start). A file write (the manifest's included) is cut
 halfway, an `os.replace` is killed before or after it happens (two events), a `shutil.rmtree` after deleting one file.
-`KILL_AT_STEP=N` kills it right after its N-th optimizer step instead (during training, between saves). Under
+`KILL_AT_STEP=N` kills it right after its N-th optimizer step instead (during training, between saves), and
+`HANG_AT_STEP=N` leaves it stuck there, alive (a rank whose peers wait for it in their next collective). Under
 `accelerate launch` each rank counts its own events and steps; `KILL_RANK=R` kills rank R only. Used by
 tests/test_checkpoints.py; the kill is a real SIGKILL, so nothing of the process runs after it. With `SIGNAL_AT` set
 as well, the run also asks itself to stop (tests/signal_after_save.py), so a kill can land in the stop's save."""
@@ -12,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import accelerate.utils.other
@@ -23,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train  # noqa: E402
 
 KILL_SAVE, KILL_EVENT = (int(v) for v in os.environ.get("KILL_AT", "0:0").split(":"))
-KILL_STEP = int(os.environ.get("KILL_AT_STEP", 0))
+KILL_STEP, HANG_STEP = int(os.environ.get("KILL_AT_STEP", 0)), int(os.environ.get("HANG_AT_STEP", 0))
 THIS_RANK = os.environ.get("KILL_RANK", os.environ.get("RANK", "0")) == os.environ.get("RANK", "0")
 saves, events, steps = 0, 0, 0
 
@@ -90,6 +92,9 @@ def step_taken(*_):
     steps += 1
     if THIS_RANK and steps == KILL_STEP:
         die()
+    if THIS_RANK and steps == HANG_STEP:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # deaf to the launcher too: only SIGKILL ends it
+        threading.Event().wait()
 
 
 def save_checkpoint(*args, **kwargs):

@@ -319,6 +319,16 @@ def test_two_rank_run_killed_in_training_and_in_saves_resumes_latest_bit_exact(s
     assert len({r["run_id"] for r in log_rows(killed)}) == 1
 
 
+def test_a_rank_waiting_on_a_stuck_peer_fails_within_the_ddp_timeout(small_corpus, tmp_path):
+    """Rank 1 stops answering after its 2nd optimizer step, alive (the launcher sees nothing wrong): rank 0's next
+    collective fails after --ddp_timeout seconds and the launch ends, rather than waiting for ever."""
+    args = [*common_args(small_corpus, tmp_path), "--output_dir", str(tmp_path / "out"), "--ddp_timeout", "5"]
+    done = launch(args, processes=2, port=29632, check=False, script=KILLER, timeout=300, HANG_AT_STEP="2",
+                  KILL_RANK="1")  # fmt: skip
+    assert done.returncode != 0
+    assert "Timed out waiting 5000ms" in done.stderr, done.stderr[-3000:]  # gloo's words for the 5 s asked for
+
+
 # ---- a run owns its checkpoints ----
 def manifest(folder):
     return json.loads((folder / "checkpoint.json").read_text())

@@ -54,11 +54,11 @@ def launch_command(args, processes=1, port=29617, script=TRAIN):
             str(port), str(script), "--cpu", "--ddp_timeout", "120", *args]  # fmt: skip
 
 
-def launch(args, processes=1, port=29617, check=True, script=TRAIN, **env):
+def launch(args, processes=1, port=29617, check=True, script=TRAIN, timeout=600, **env):
     """Run `script` (train.py, or a test wrapper of it) in one process or under `accelerate launch` with gloo ranks,
     its whole process group killed when it ends (tests/launching.py): no rank outlives the test."""
     cmd = launch_command(args, processes, port, script)
-    done = launching.run(cmd, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env(), **env})
+    done = launching.run(cmd, timeout=timeout, cwd=ROOT, env={"HF_HUB_OFFLINE": "1", **_env(), **env})
     if check:
         assert done.returncode == 0, done.stderr[-4000:]
     return done
