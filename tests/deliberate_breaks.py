@@ -1058,7 +1058,7 @@ MUTS = [
     (
         "checkpoint: a first checkpoint left renamed is not put back",
         T,
-        "            restore_replaced(Path(args.output_dir), accelerator.print)",
+        "            restore_replaced(out_dir, accelerator.print)",
         "            pass",
         CKPT,
     ),
@@ -1112,7 +1112,7 @@ MUTS = [
     (
         "SIGUSR1: no checkpoint at the epoch end",
         T,
-        "        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit)\n        saved = ",
+        "        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run)\n        saved = ",
         "        saved = ",
         [
             "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
@@ -1772,6 +1772,100 @@ MUTS += [
         "        return max(1, min(cores, int(quota) // int(period)))",
         "        return min(cores, int(quota) // int(period))",
         ["tests/test_harness.py"],
+    ),
+]
+CK = "tests/test_checkpoints.py"
+MUTS += [
+    (
+        "multi-rank resume: the stream state mapped onto the rank's device cpu:0",
+        T,
+        'weights_only=False, map_location="cpu")',
+        "weights_only=False, map_location=accelerator.device)",
+        [f"{CK}::test_two_rank_run_killed_in_training_and_in_saves_resumes_latest_bit_exact"],
+    ),
+    (
+        "ddp timeout: not passed to the process group",
+        T,
+        "        kwargs_handlers=[InitProcessGroupKwargs(timeout=datetime.timedelta(seconds=args.ddp_timeout))],\n",
+        "",
+        [f"{CK}::test_a_rank_waiting_on_a_stuck_peer_fails_within_the_ddp_timeout"],
+    ),
+    (
+        "run ids: clean-up deletes another run's checkpoints",
+        T,
+        "        if read_manifest(folder) is not None and owner(folder) not in own:\n            continue",
+        "        if False:\n            continue",
+        [f"{CK}::test_clean_up_removes_only_the_runs_own_folders"],
+    ),
+    (
+        "run ids: clean-up deletes another run's leftovers",
+        T,
+        "        if owner(leftover) in own:",
+        "        if True:",
+        [f"{CK}::test_clean_up_removes_only_the_runs_own_folders"],
+    ),
+    (
+        "run ids: a fresh run beside another run's checkpoints is not refused",
+        T,
+        "if out_dir.is_dir() else []) and not args.overwrite_output_dir:",
+        "if out_dir.is_dir() else []) and False:",
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+    ),
+    (
+        "run ids: --overwrite_output_dir deletes nothing",
+        T,
+        "        for folder in foreign:\n            shutil.rmtree(folder)",
+        "        for folder in foreign:\n            pass",
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+    ),
+    (
+        "run ids: resuming a run's newest checkpoint starts a new run",
+        T,
+        "    if resume.parent.resolve() == out_dir.resolve() and not newer:",
+        "    if False:",
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+    ),
+    (
+        "run ids: resuming an older checkpoint continues its run (no fork)",
+        T,
+        "        if int(f.name[5:]) > step and owner(f) == run_id and incomplete(f) is None",
+        "        if False",
+        [f"{CK}::test_resuming_an_older_checkpoint_forks_a_new_run_that_keeps_the_first_runs_checkpoints"],
+    ),
+    (
+        "run ids: the log does not name its run",
+        T,
+        'f.write(json.dumps({**record, "run_id": run_id}) + "\\n")',
+        'f.write(json.dumps(record) + "\\n")',
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+    ),
+    (
+        "run ids: the manifest does not name its run",
+        T,
+        'manifest = {"step": step, "run_id": run["run_id"], "files"',
+        'manifest = {"step": step, "files"',
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+    ),
+    (
+        "kill test: the manifest write is not a kill event",
+        "tests/kill_during_save.py",
+        "    if event():\n        text = json.dumps(manifest)",
+        "    if False:\n        text = json.dumps(manifest)",
+        [f"{CK}::test_sigkill_inside_saves_then_resume_latest_ends_bit_exact"],
+    ),
+    (
+        "test launches: a launch's ranks are not killed at its end",
+        "tests/launching.py",
+        "        kill_all(token)\n        proc.wait()",
+        "        proc.wait()",
+        [f"{TT}::test_a_launch_stopped_midway_leaves_no_rank_behind"],
+    ),
+    (
+        "test launches: no watchdog for a test process that dies",
+        "tests/launching.py",
+        'subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), token, here])',
+        'subprocess.Popen([sys.executable, "-c", "pass"])',
+        [f"{TT}::test_a_launch_whose_test_process_is_killed_leaves_no_rank_behind"],
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
