@@ -85,12 +85,14 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
-    """One token per row, ids (B,) -> (log p_mix (B, V), the vocabulary logits (B, V)): forward's arithmetic at T = 1
-    in eval mode, with nothing allocated beyond the step's activations. log p_mix is the vocabulary logits
-    themselves without the pointer (or with mix=False), as `generate`'s processors receive them from forward."""
-    from .modeling_pointer_sentinel import _linear, _upcast, lstm_cell, pointer_mixture, zoneout
+    """One token per row, ids (B,) -> (log p_mix (B, V + oov_slots), the vocabulary logits (B, V)): forward's
+    arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
+    vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
+    from forward."""
+    from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, lstm_cell, pointer_mixture, zoneout
 
-    x = F.embedding(ids, w.embedding)
+    places = Placeholders.of(model.config)
+    x = F.embedding(ids if places is None else ids.masked_fill(ids >= places.first, places.unk), w.embedding)
     p = model.config.zoneout
     for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
         h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
@@ -112,7 +114,7 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
-    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids), vocab
+    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
 
 
 def decode_state(cache: "PointerSentinelCache") -> DecodeState:
@@ -228,6 +230,7 @@ class PointerStash:
         self.log_gate: torch.Tensor | None = None
         self.pointer_probs: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None
+        self.placeholders = None  # the model's `Placeholders`, or None for a closed vocabulary
 
 
 class PointerSentinelLogitsProcessor(LogitsProcessor):
@@ -245,7 +248,7 @@ class PointerSentinelLogitsProcessor(LogitsProcessor):
         if s.log_gate is None:
             raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
         log_probs = torch.log_softmax(_upcast(scores), -1)
-        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids)
+        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
 
 
 class PointerSentinelGenerationMixin(GenerationMixin):
@@ -353,6 +356,16 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             return GenerateDecoderOnlyOutput(sequences=input_ids, scores=scores, logits=raw_logits,
                                              past_key_values=cache)  # fmt: skip
         return input_ids
+
+    def compute_transition_scores(self, sequences, scores, beam_indices=None, normalize_logits=False):
+        """transformers' own, reading the scores at their width: with placeholders the mixture has vocab_size +
+        oov_slots outputs, and transformers indexes the scores by config.vocab_size."""
+        config, vocab_size = self.config, self.config.vocab_size
+        config.vocab_size = scores[0].shape[-1]
+        try:
+            return super().compute_transition_scores(sequences, scores, beam_indices, normalize_logits)
+        finally:
+            config.vocab_size = vocab_size
 
     def _packed_weights(self) -> "PackedWeights":
         """`pack_weights`, kept while the parameters are unchanged (same tensors, dtype, device and version)."""

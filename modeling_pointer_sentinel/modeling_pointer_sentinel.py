@@ -27,7 +27,9 @@ Regularisers (all off by default; AWD-LSTM, Merity et al. 2017, and zoneout, Kru
 
 The recurrent state and the window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked
 == whole-sequence at evaluation. `pointer_mixture` (2.4) and `pointer_target_log_prob` (2.5/2.6) are the only
-implementations of the mixture; forward, the logits processor and evaluation use them.
+implementations of the mixture; forward, the logits processor and evaluation use them. Open vocabulary
+(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding, the
+pointer copies it (2.4), and <unk>'s vocabulary share is split between them and a new word (`split_unknown`).
 """
 
 import math
@@ -46,9 +48,7 @@ from transformers.utils import ModelOutput
 from .configuration_pointer_sentinel import PointerSentinelConfig
 from .generation_pointer_sentinel import PackedAdaptiveSoftmax, PointerSentinelGenerationMixin, PointerStash
 
-# ---------------------------------------------------------------------------------------------------------------
-# Regularisers
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Regularisers ---------------------------------------------------------------------------------------------------
 
 
 def embedding_dropout(weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -82,9 +82,7 @@ def zoneout(new: torch.Tensor, previous: torch.Tensor, keep: torch.Tensor | floa
     return torch.lerp(new, previous, keep)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# LSTM layer (§2.1)
-# ---------------------------------------------------------------------------------------------------------------
+# ---- LSTM layer (§2.1) ----------------------------------------------------------------------------------------------
 
 
 class PointerSentinelLSTMLayer(nn.Module):
@@ -181,9 +179,7 @@ def _one_chunk(weights: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tenso
     return [t.view_as(w) for t, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pointer head and window (§2.2, §2.4)
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Pointer head and window (§2.2, §2.4) ---------------------------------------------------------------------------
 
 
 def sliding_window(memory: torch.Tensor, L: int) -> torch.Tensor:
@@ -260,9 +256,7 @@ class Pointer(NamedTuple):
     window_ids: torch.Tensor
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Vocabulary softmax, mixture and loss (§2.1, §2.3-2.6)
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Vocabulary softmax, mixture and loss (§2.1, §2.3-2.6) ----------------------------------------------------------
 
 
 def _upcast(x: torch.Tensor) -> torch.Tensor:
@@ -347,27 +341,67 @@ class AdaptiveSoftmax(nn.Module):
         return log_p
 
 
-def pointer_mixture(
-    vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor, window_ids: torch.Tensor
-) -> torch.Tensor:
+class Placeholders(NamedTuple):
+    """Ids first ... first + n - 1 stand for the words of a text that the vocabulary lacks, one id per distinct word
+    (`config.oov_slots`; the tokenizer assigns them); unk is `<unk>`'s id."""
+
+    first: int
+    n: int
+    unk: int
+
+    @classmethod
+    def of(cls, config) -> "Placeholders | None":
+        return cls(config.vocab_size, config.oov_slots, config.unk_token_id) if config.oov_slots else None
+
+
+def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, first: int):
+    """`<unk>`'s vocabulary share u = g p_vocab(<unk>) stands for every word outside the vocabulary. The window's
+    placeholders (pointer mass M in all) and a new word share it as the pointer shares its own mass between them and
+    the sentinel: a new word keeps u g / (g + M), and each placeholder's copy mass m_k grows by m_k u / (g + M).
+    Returns whether the window holds a placeholder, log(u g / (g + M)) and log(1 + u / (g + M)); without one, log u
+    and 0 exactly, so text without placeholders scores as with a closed vocabulary."""
+    oov = (window_ids >= first) & (log_attention > -torch.inf)
+    has = oov.any(-1)
+    # Rows without a placeholder take finite dummies, then the exact values: NaN-free gradients.
+    log_M = torch.logsumexp(log_attention.masked_fill(~oov, -torch.inf).masked_fill(~has.unsqueeze(-1), 0), -1)
+    log_gm = torch.where(has, torch.logaddexp(log_gate, log_M), log_gate)
+    log_u = log_gate + vocab_unk_log_prob
+    log_new = torch.where(has, log_u + (log_gate - log_gm), log_u)
+    return has, log_new, torch.log1p(torch.exp(torch.where(has, log_u - log_gm, -torch.inf)))
+
+
+def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor,
+                    window_ids: torch.Tensor, placeholders: Placeholders | None = None) -> torch.Tensor:  # fmt: skip
     """(2.4) log p(w) = log(g p_vocab(w) + sum_{i: x_i = w} a_i) over the vocabulary, touching only the window's
-    <= L entries after one pass over V (§2.6).
+    <= L entries after one pass over V (§2.6). With `placeholders`, V + n outputs: the pointer's mass on a
+    placeholder goes to it, and `<unk>`'s share is split as `split_unknown` says.
 
     vocab_log_probs (..., V), log_gate (...), pointer_probs (..., L) with 0 on empty slots, window_ids (..., L).
     Finite wherever the mixture is positive, also for g = 0 or a window word with p_vocab = 0.
     """
     log_p = vocab_log_probs + log_gate.unsqueeze(-1)
+    if placeholders is not None:
+        log_p = F.pad(log_p, (0, placeholders.n), value=-torch.inf)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, pointer_probs))):
         # No gradient (decoding, scoring): scatter the mass per word; duplicate ids then write equal values.
         mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, pointer_probs).gather(-1, window_ids)
-        return log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), torch.log(mass)))
-    # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
-    same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
-    word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
-    mixed = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
-    # Every copy of a word writes the same value; only the first copy carries the gradient, or it would count twice.
-    first = ~(same_word & torch.ones_like(same_word).tril(-1)).any(-1)
-    return log_p.scatter(-1, window_ids, torch.where(first, mixed, mixed.detach()))
+        mixed = log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), torch.log(mass)))
+    else:
+        # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
+        same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
+        word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
+        m = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
+        # Every copy of a word writes the same value; only the first copy carries the gradient, or it would count twice
+        first = ~(same_word & torch.ones_like(same_word).tril(-1)).any(-1)
+        mixed = log_p.scatter(-1, window_ids, torch.where(first, m, m.detach()))
+    if placeholders is None:
+        return mixed
+    V, _, unk = placeholders
+    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], _safe_log(pointer_probs), window_ids, V)
+    # <unk> keeps the new word's share and the pointer's mass on literal <unk> positions
+    log_unk = torch.logaddexp(log_new, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
+    log_unk = torch.where(has, log_unk, mixed[..., unk]).unsqueeze(-1)
+    return torch.cat([mixed[..., :unk], log_unk, mixed[..., unk + 1 : V], mixed[..., V:] + log_grow[..., None]], -1)
 
 
 def pointer_target_log_prob(
@@ -376,21 +410,34 @@ def pointer_target_log_prob(
     log_attention: torch.Tensor,
     window_ids: torch.Tensor,
     targets: torch.Tensor,
+    placeholders: Placeholders | None = None,
+    vocab_unk_log_prob: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(2.6) log p(y) of the mixture and (2.5) log(g + sum_{x_i = y} a_i), for the targets alone (no vocabulary-
     sized tensor). Everything is in log space; the gradient stays finite when g -> 0 or y is absent from the window.
+    A placeholder target the window does not hold (a first occurrence) is a new word: it scores as `<unk>`, whose
+    log p_vocab is `vocab_unk_log_prob`.
     """
+    if placeholders is not None:
+        V, _, unk = placeholders
+        absent = (targets >= V) & ~(window_ids == targets.unsqueeze(-1)).any(-1)
+        targets = torch.where(absent, unk, targets)
+        vocab_target_log_prob = torch.where(absent, vocab_unk_log_prob, vocab_target_log_prob)
     hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
     any_hit = hit.any(-1)
     # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
     pointer = torch.logsumexp(log_attention.masked_fill(~hit, -torch.inf).masked_fill(~any_hit.unsqueeze(-1), 0), -1)
     pointer = pointer.masked_fill(~any_hit, -torch.inf)
-    return torch.logaddexp(log_gate + vocab_target_log_prob, pointer), torch.logaddexp(log_gate, pointer)
+    vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
+    if placeholders is not None:
+        has, log_new, log_grow = split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, V)
+        copy = targets >= V
+        vocab = torch.where(copy, -torch.inf, torch.where(has & (targets == unk), log_new, vocab))
+        pointer = torch.where(copy, pointer + log_grow, pointer)
+    return torch.logaddexp(vocab, pointer), hit_or_gate
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Outputs
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Outputs --------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -454,9 +501,7 @@ class _Loss(NamedTuple):
     vocab_log_probs: torch.Tensor | None  # their log-softmax, reused by the report when it covers the same positions
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------------------------------
+# ---- Models ---------------------------------------------------------------------------------------------------------
 
 
 class PointerSentinelPreTrainedModel(PreTrainedModel):
@@ -560,7 +605,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         B, T = input_ids.shape
         if T == 0 or B == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
-        _check_ids("input_ids", input_ids, self.config.vocab_size)
+        _check_ids("input_ids", input_ids, self.config.vocab_size + self.config.oov_slots)
         seen = cache.seen_tokens if cache is not None else 0
         # The mask covers this call (T columns) or, as generate passes it, the whole sequence so far.
         if mask is not None and (mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] not in (T, seen + T)):
@@ -602,6 +647,8 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             cache.hidden = [input_ids.new_zeros(B, layer.hidden_size, dtype=self.dtype) for layer in self.layers]
             cache.cell = [h.clone() for h in cache.hidden]
 
+        if cfg.oov_slots:  # a placeholder reads <unk>'s embedding
+            input_ids = input_ids.masked_fill(input_ids >= cfg.vocab_size, cfg.unk_token_id)
         x = F.embedding(input_ids, embedding_dropout(self.embed_tokens.weight, cfg.embedding_dropout, self.training))
         all_hidden = [x] if output_hidden_states else None
         x = locked_dropout(x, cfg.input_dropout, self.training)
@@ -664,7 +711,7 @@ def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
             raise ValueError(
                 f"labels shape {tuple(labels.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
             )
-        _check_ids("labels", labels, config.vocab_size, allow_ignore=True)
+        _check_ids("labels", labels, config.vocab_size + config.oov_slots, allow_ignore=True)
     if shift_labels is not None:
         if (
             shift_labels.dim() != 2
@@ -675,7 +722,7 @@ def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
                 f"shift_labels shape {tuple(shift_labels.shape)} does not fit input_ids shape "
                 f"{tuple(input_ids.shape)}: give (batch, T') targets for the last T' <= T positions."
             )
-        _check_ids("shift_labels", shift_labels, config.vocab_size, allow_ignore=True)
+        _check_ids("shift_labels", shift_labels, config.vocab_size + config.oov_slots, allow_ignore=True)
 
 
 class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinelGenerationMixin):
@@ -745,14 +792,20 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         counted = shift_labels != -100
         if mask is not None:
             counted = counted & mask[:, at]
-        y = shift_labels.masked_fill(~counted, 0)
+        y, places, unk_lp = shift_labels.masked_fill(~counted, 0), Placeholders.of(self.config), None
+        # p_vocab of a placeholder target is <unk>'s, for a new word (the copies are the pointer's)
+        y_vocab = y if places is None else y.masked_fill(y >= places.first, places.unk)
         if isinstance(self.lm_head, AdaptiveSoftmax):  # (2.1) for the targets alone
             vocab_logits = vocab_log_probs = None
-            vocab_lp = self.lm_head.target_log_prob(h[:, at], y)
+            vocab_lp = self.lm_head.target_log_prob(h[:, at], y_vocab)
+            # <unk>'s own log p_vocab splits only where a window holds a placeholder: on the CPU a free check
+            if places and pointer and (h.device.type != "cpu" or bool((pointer.window_ids >= places.first).any())):
+                unk_lp = self.lm_head.target_log_prob(h[:, at], torch.full_like(y, places.unk))
         else:
             vocab_logits = self.lm_head(h[:, at])
             vocab_log_probs = torch.log_softmax(_upcast(vocab_logits), -1)  # (2.1), the one pass over V
-            vocab_lp = vocab_log_probs.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            vocab_lp = vocab_log_probs.gather(-1, y_vocab.unsqueeze(-1)).squeeze(-1)
+            unk_lp = vocab_log_probs[..., places.unk] if places else None
         n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
         vocab_target = torch.where(counted, vocab_lp.detach(), 0)
         if pointer is None:
@@ -760,7 +813,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
                          vocab_logits, vocab_log_probs)  # fmt: skip
         log_p, log_gate_or_hit = pointer_target_log_prob(
             vocab_lp, _upcast(pointer.log_gate[:, at]), _upcast(pointer.log_attention[:, at]),
-            pointer.window_ids[:, at], y,
+            pointer.window_ids[:, at], y, places, vocab_lp if unk_lp is None else unk_lp,
         )  # fmt: skip
         loss = -torch.where(counted, log_p, 0).sum() / n
         pointer_loss = -torch.where(counted, log_gate_or_hit, 0).sum() / n
@@ -780,19 +833,22 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         else:
             vocab_logits = self.lm_head(slice_logits_to_keep(h, logits_to_keep))
             vocab_log_probs = vocab_logits if isinstance(self.lm_head, AdaptiveSoftmax) else None  # normalised
-        if pointer is None:
-            return vocab_logits, vocab_logits
+        places = Placeholders.of(self.config)
+        if pointer is None:  # placeholders cannot be copied: probability 0 (generate never picks them)
+            pad = places is not None and pointer_stash is None
+            return (F.pad(vocab_logits, (0, places.n), value=-torch.inf) if pad else vocab_logits), vocab_logits
         if pointer_stash is not None:  # generate: the processor normalises once, then mixes the last position
             pointer_stash.log_gate = pointer.log_gate[:, -1]
             pointer_stash.pointer_probs = pointer.log_attention[:, -1].exp()
             pointer_stash.window_ids = pointer.window_ids[:, -1]
+            pointer_stash.placeholders = places
             return vocab_logits, vocab_logits
         if vocab_log_probs is None:
             vocab_log_probs = torch.log_softmax(_upcast(vocab_logits), -1)
         kept = [slice_logits_to_keep(t, logits_to_keep) for t in (pointer.log_attention, pointer.window_ids)]
         log_gate = slice_logits_to_keep(pointer.log_gate.unsqueeze(-1), logits_to_keep).squeeze(-1)
         with torch.set_grad_enabled(torch.is_grad_enabled() and loss is None):
-            logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]).exp(), kept[1])
+            logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]).exp(), kept[1], places)
         return logits, vocab_logits
 
     def forward(
@@ -862,9 +918,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return out if return_dict else out.to_tuple()
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The recurrent cache
-# ---------------------------------------------------------------------------------------------------------------
+# ---- The recurrent cache --------------------------------------------------------------------------------------------
 
 
 class PointerSentinelCache:

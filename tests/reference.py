@@ -72,15 +72,15 @@ def vocab_probs(model, h):
 
 @torch.no_grad()
 def reference_batch(model, ids, masks=None, state=None, window=None):
-    """ids (B, T). Per position the mixture distribution p (B, T, V), the gate g (B, T) and the attention over
-    positions t-L+1..t (B, T, L; 0 where no position exists), the state after the call and the last L (h, id) of
-    each row (oldest first). `masks` from `draw_masks` for a training-mode forward; None for evaluation."""
+    """ids (B, T). Per position the mixture distribution p (B, T, V + oov_slots), the gate g (B, T) and the attention
+    over positions t-L+1..t (B, T, L; 0 where no position exists), the state after the call and the last L (h, id)
+    of each row (oldest first). `masks` from `draw_masks` for a training-mode forward; None for evaluation."""
     cfg, lstm = model.config, model.model
     masks = masks or {"layers": [{} for _ in lstm.layers]}
     L, (B, T) = cfg.pointer_window, ids.shape
     emb = lstm.embed_tokens.weight * masks.get("embedding", 1.0)
-    V = emb.shape[0]
-    p_out, g_out, a_out = (torch.zeros(*s, dtype=emb.dtype) for s in ((B, T, V), (B, T), (B, T, L)))
+    V, N, unk = emb.shape[0], cfg.oov_slots, cfg.unk_token_id
+    p_out, g_out, a_out = (torch.zeros(*s, dtype=emb.dtype) for s in ((B, T, V + N), (B, T), (B, T, L)))
     g_out += 1
     new_state, new_window = [], []
     for b in range(B):
@@ -92,7 +92,8 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
         past = list(window[b]) if window is not None else []
         top = []
         for t in range(T):
-            x = emb[ids[b, t]] * (masks["input"][b, 0] if "input" in masks else 1.0)
+            word = int(ids[b, t]) if ids[b, t] < V else unk  # a placeholder reads <unk>'s embedding
+            x = emb[word] * (masks["input"][b, 0] if "input" in masks else 1.0)
             for k, layer in enumerate(lstm.layers):
                 m = masks["layers"][k]
                 w_hh = layer.weight_hh * m.get("w_hh", 1.0)
@@ -106,7 +107,7 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
             h = top[t][0]
             p_vocab = vocab_probs(model, h)
             if model.pointer is None:
-                p_out[b, t] = p_vocab
+                p_out[b, t, :V] = p_vocab
                 continue
             now = len(past) + t
             win = [seq[i] if i >= 0 else None for i in range(now - L + 1, now + 1)]  # oldest first, current last
@@ -119,10 +120,15 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
                 s = model.pointer.switch
                 g = float(torch.sigmoid(s[2].weight @ torch.tanh(s[0].weight @ h + s[0].bias) + s[2].bias))
                 a = [(1 - g) * v / sum(e) for v in e]
-            p = g * p_vocab.clone()
+            p = torch.cat([g * p_vocab, p_vocab.new_zeros(N)])
             for w, ai in zip(win, a, strict=True):
                 if w is not None:
                     p[w[1]] += ai  # mass on h_i goes to its input token x_i
+            M = float(p[V:].sum())  # the pointer's mass on the window's out-of-vocabulary words
+            if M > 0:  # <unk>'s vocabulary share u = g p_vocab(<unk>) splits g : M between a new word and those
+                u = g * float(p_vocab[unk])
+                p[V:] += u * p[V:] / (g + M)
+                p[unk] -= u * M / (g + M)
             p_out[b, t], g_out[b, t], a_out[b, t] = p, g, torch.tensor(a, dtype=a_out.dtype)
         new_window.append(seq[-L:])
     state_out = ([torch.stack([s[0][k] for s in new_state]) for k in range(len(lstm.layers))],

@@ -48,7 +48,10 @@ prompt = tok("the company said", return_tensors="pt").input_ids
 out = model.generate(prompt, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
 with torch.no_grad():
     forward = [model(out.sequences[:, : prompt.shape[1] + k]).logits[:, -1] for k in range(len(out.scores))]
-result["decode_gap"] = max((s - f)[s.isfinite()].abs().max().item() for s, f in zip(out.scores, forward))
+# (a plain LSTM's generate scores only the vocabulary: the placeholders it cannot copy stay out of them)
+gaps = [(s - f[:, : s.shape[-1]])[s.isfinite()].abs().max().item() for s, f in zip(out.scores, forward)]
+result["decode_gap"] = max(gaps)
+result["uncopyable"] = all(bool(f[:, s.shape[-1] :].isneginf().all()) for s, f in zip(out.scores, forward))
 if text_file:
     with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
         ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it
@@ -91,6 +94,7 @@ def check_loads_without_package(folder: Path, cwd: Path, text_file: Path | None)
     assert client["text_rules"] == {"ptb": "ptb", "wt2": "wikitext"}[record["dataset"]], client
     assert client["suppressed"] == [client["unk"]], client
     assert client["decode_gap"] < 1e-4, client  # the shipped decode step scores as the shipped forward does
+    assert client["uncopyable"], client
     return client
 
 

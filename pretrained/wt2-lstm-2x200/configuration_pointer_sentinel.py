@@ -18,6 +18,7 @@ TRANSFORMERS_KEYS = frozenset({
     "model_type", "auto_map", "name_or_path", "_name_or_path", "_commit_hash", "torch_dtype", "num_labels",
     "output_attentions", "attn_implementation", "experts_implementation", "per_layer_config", "quantization_config",
     "_attn_implementation_internal", "_experts_implementation_internal", "_attn_implementation_autoset",
+    "custom_pipelines",  # read by transformers.pipeline for a folder's own pipeline class
 })  # fmt: skip
 GENERATION_KEYS = frozenset(GenerationConfig().to_dict())
 
@@ -74,6 +75,12 @@ class PointerSentinelConfig(PreTrainedConfig):
         projections from U(-1/sqrt(fan), 1/sqrt(fan)).
     adaptive_softmax_div_value (`float`): div, >= 1: each tail cluster's projection is div times narrower than the
         one before (Grave's 4). Below 1 a tail would be wider than h_t, adding parameters but no rank.
+    oov_slots (`int`): N placeholder ids vocab_size ... vocab_size + N - 1 for words outside the vocabulary, one per
+        distinct word of a text (the tokenizer assigns them and writes the words back). A placeholder reads
+        `unk_token_id`'s embedding; the pointer copies it, so the mixture has vocab_size + N outputs. 0 (the
+        default) keeps the closed vocabulary.
+    unk_token_id (`int`): the vocabulary's `<unk>`, whose softmax mass stands for every word outside the vocabulary
+        (needed with `oov_slots`).
     """
 
     model_type = "pointer_sentinel_lstm"
@@ -101,6 +108,8 @@ class PointerSentinelConfig(PreTrainedConfig):
     init_range: float = 0.1
     adaptive_softmax_cutoffs: list[int] = dataclasses.field(default_factory=list)
     adaptive_softmax_div_value: float = 4.0
+    oov_slots: int = 0
+    unk_token_id: int | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -143,7 +152,11 @@ class PointerSentinelConfig(PreTrainedConfig):
                 f"adaptive_softmax_div_value={div} leaves the last of {len(cutoffs)} tail clusters no "
                 f"units (output size {self.output_size}); use a smaller div or fewer cutoffs."
             )
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if self.oov_slots < 0:
+            raise ValueError(f"oov_slots must be >= 0, got {self.oov_slots}.")
+        if self.oov_slots and self.unk_token_id is None:
+            raise ValueError("oov_slots needs unk_token_id: a placeholder reads the <unk> embedding.")
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name}={value} is outside the vocabulary [0, {self.vocab_size}).")

@@ -1,0 +1,175 @@
+"""Open vocabulary, the model's side: placeholder ids V ... V+N-1 (`config.oov_slots`) for words outside the
+vocabulary. A placeholder reads `<unk>`'s embedding, the pointer copies it, and `<unk>`'s vocabulary share is split
+between the window's placeholders and a new word. Checked against the loop reference, and on every decode path."""
+
+import math
+
+import pytest
+import torch
+from conftest import tiny_model
+from reference import reference_batch
+from test_fast_decode import DECODING, assert_same, run
+
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, pointer_mixture
+from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, decode_step
+from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, sliding_window
+
+V, N, UNK = 23, 4, 3  # tiny_model's vocabulary; placeholders are 23 ... 26
+OPEN = dict(oov_slots=N, unk_token_id=UNK)
+VARIANTS = {
+    "sentinel": {},
+    "adaptive": dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0),
+    "switch_zoneout": dict(gate_type="switch", zoneout=0.3, tie_word_embeddings=False, hidden_size=10),
+    "plain": dict(use_pointer=False),
+}
+# Row 0 repeats placeholders 23 and 24 and a literal <unk>; row 1 (left-padded) has its own 23 and 25.
+BATCH = torch.tensor([[1, 23, 2, 24, 3, 23, 5, 24, 1], [0, 0, 0, 0, 25, 2, 23, 25, 3]])
+MASK = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
+
+
+def model(variant="sentinel", **kw):
+    return tiny_model(pointer_window=6, **OPEN, **VARIANTS[variant], **kw).eval()
+
+
+def copying(m):
+    """The pointer made to dominate: q = 0 attends uniformly, a zero sentinel leaves g = 1/(n+1)."""
+    with torch.no_grad():
+        m.pointer.sentinel.fill_(0.0)
+        m.pointer.query.weight.zero_()
+    return m
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_mixture_with_placeholders_matches_loop_reference(variant):
+    m = model(variant).double()
+    out = m(BATCH[:1], labels=BATCH[:1])
+    p, g, a, _, _ = reference_batch(m, BATCH[:1])
+    assert out.logits.shape[-1] == V + N
+    # the mixture's logits are log-probabilities; the plain LSTM's are U h + b, so compare their softmax
+    torch.testing.assert_close(torch.softmax(out.logits, -1), p, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(p.sum(-1), torch.ones(1, 9, dtype=p.dtype))  # normalised over all V + N outputs
+    torch.testing.assert_close(out.gate, g)
+    # a placeholder target the window holds scores its copy; one it does not (a first occurrence) scores <unk>,
+    # the "new word" that the vocabulary's <unk> share keeps
+    nll = []
+    for t in range(8):
+        y = int(BATCH[0, t + 1])
+        # (the plain LSTM cannot copy: every placeholder is a new word to it)
+        held = y < V or (variant != "plain" and y in BATCH[0, max(0, t - 5) : t + 1].tolist())
+        nll.append(-math.log(p[0, t, y if held else UNK]))
+    assert out.loss.item() == pytest.approx(sum(nll) / len(nll), rel=1e-9)
+
+
+def test_unk_share_goes_to_window_placeholders_and_new_words():
+    """Row 0 position 2 holds 23 in its window: 23's probability is its pointer mass times 1 + u / (g + M), and
+    <unk> keeps u g / (g + M); a placeholder outside the window gets nothing."""
+    m = model().double()
+    out = m(BATCH[:1])
+    g, a = out.gate[0, 2].item(), out.pointer_attention[0, 2]
+    vocab = torch.softmax(out.vocab_logits[0, 2], -1)
+    u, M = g * vocab[UNK].item(), a[-2].item()  # the window's placeholder: position 1 (23)
+    assert out.logits[0, 2, 23].exp().item() == pytest.approx(M * (1 + u / (g + M)), rel=1e-9)
+    assert out.logits[0, 2, UNK].exp().item() == pytest.approx(u * g / (g + M), rel=1e-9)
+    assert out.logits[0, 2, 24:].exp().sum().item() == 0.0
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
+    """Ids below V (a literal <unk> included): the first V outputs, the loss and the target log-probabilities are
+    bit for bit the closed-vocabulary model's, so every shipped closed-vocabulary figure stands."""
+    ids = torch.tensor([[1, 3, 2, 3, 5, 1, 2, 3, 7], [4, 4, 3, 9, 3, 2, 1, 0, 3]])
+    kw = VARIANTS[variant]
+    closed = tiny_model(pointer_window=6, unk_token_id=UNK, **kw).eval()(ids, labels=ids)
+    open_ = model(variant)(ids, labels=ids)
+    assert torch.equal(open_.logits[..., :V], closed.logits) and torch.equal(open_.loss, closed.loss)
+    assert torch.equal(open_.target_log_probs, closed.target_log_probs)
+    assert torch.isneginf(open_.logits[..., V:]).all()
+
+
+@pytest.mark.parametrize("variant", ["sentinel", "adaptive"])
+def test_training_with_placeholder_targets_has_finite_gradients(variant):
+    m = model(variant, input_dropout=0.2).train()
+    out = m(BATCH, attention_mask=MASK, labels=BATCH.masked_fill(MASK == 0, -100))
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
+
+
+def test_mixture_gradient_path_equals_scoring_path():
+    """pointer_mixture with a gradient (per-slot word sums) equals its scatter path, and its gradient is finite."""
+    m = model().double()
+    with torch.no_grad():
+        out = m(BATCH[:1])
+    ids = sliding_window(torch.cat([BATCH[:1].new_zeros(1, 6), BATCH[:1]], 1), 6)[0]
+    vocab = torch.log_softmax(out.vocab_logits[0], -1).requires_grad_()
+    log_gate = out.gate[0].log().requires_grad_()
+    with_grad = pointer_mixture(vocab, log_gate, out.pointer_attention[0], ids, Placeholders.of(m.config))
+    torch.testing.assert_close(with_grad, out.logits[0])
+    with_grad[torch.isfinite(with_grad)].sum().backward()
+    assert torch.isfinite(vocab.grad).all() and torch.isfinite(log_gate.grad).all()
+
+
+@pytest.mark.parametrize("decoding", DECODING)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_fast_generate_equals_forward_with_placeholders(variant, decoding):
+    m = model(variant)
+    assert_same(run(m, "fast", ids=BATCH, mask=MASK, **DECODING[decoding]),
+                run(m, "forward", ids=BATCH, mask=MASK, **DECODING[decoding]))  # fmt: skip
+
+
+def test_decode_step_equals_forward_with_placeholders():
+    m = model()
+    cache = PointerSentinelCache()
+    with torch.no_grad():
+        m(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
+        state, weights = decode_state(cache), m._packed_weights()
+        tokens = torch.tensor([24, 26])
+        for step in range(14):
+            want = m(tokens[:, None], past_key_values=cache, use_cache=True)
+            log_p, vocab = decode_step(m, weights, state, tokens, True)
+            torch.testing.assert_close(log_p, want.logits[:, -1], atol=1e-5, rtol=1e-5)
+            tokens = (tokens * 7 + step) % (V + N)
+
+
+def test_compiled_generate_equals_fast_with_placeholders():
+    m = copying(model())
+    assert_same(run(m, "compiled", ids=BATCH, mask=MASK, max_new_tokens=8),
+                run(m, "fast", ids=BATCH, mask=MASK, max_new_tokens=8))  # fmt: skip
+
+
+@pytest.mark.parametrize("kw", [dict(do_sample=False), dict(do_sample=True, top_k=4), dict(num_beams=3)])
+def test_generation_copies_each_rows_own_placeholders(kw):
+    """A left-padded batch whose rows hold different placeholders: each row copies only its own, never <unk>."""
+    m = copying(model())
+    m.generation_config.suppress_tokens = [UNK]
+    torch.manual_seed(0)
+    out = m.generate(BATCH, attention_mask=MASK, max_new_tokens=12, pad_token_id=0, eos_token_id=None, **kw)
+    new = out[:, BATCH.shape[1] :]
+    assert (new >= V).any()  # copies happen
+    for row, own in ((0, {23, 24}), (1, {23, 25})):
+        assert {t for t in new[row].tolist() if t >= V} <= own
+    assert not (new == UNK).any()
+
+
+def test_generate_scores_are_the_mixture_and_transition_scores_index_them():
+    m = copying(model())
+    out = m.generate(BATCH[:1], max_new_tokens=5, do_sample=False, output_scores=True,
+                     return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
+    fwd = m(out.sequences[:, :-1]).logits[:, BATCH.shape[1] - 1 :]
+    torch.testing.assert_close(torch.stack(out.scores, 1), fwd, atol=1e-5, rtol=1e-5)
+    steps = m.compute_transition_scores(out.sequences, out.scores)
+    want = fwd.gather(-1, out.sequences[:, BATCH.shape[1] :, None])[..., 0]
+    torch.testing.assert_close(steps, want, atol=1e-5, rtol=1e-5)
+
+
+def test_ids_beyond_the_placeholders_and_a_missing_unk_are_clear_errors():
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 27\)"):
+        model()(torch.tensor([[1, 27]]))
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 27\)"):
+        model()(torch.tensor([[1, 2]]), labels=torch.tensor([[1, 30]]))
+    with pytest.raises(ValueError, match=r"input_ids must lie in \[0, 23\)"):
+        tiny_model()(torch.tensor([[1, 23]]))
+    with pytest.raises(ValueError, match="oov_slots needs unk_token_id"):
+        PointerSentinelConfig(vocab_size=23, oov_slots=4)
+    with pytest.raises(ValueError, match="oov_slots must be >= 0"):
+        PointerSentinelConfig(vocab_size=23, oov_slots=-1, unk_token_id=3)
