@@ -404,7 +404,7 @@ def _fsync(path: Path):
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(4)
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(4)
 
 
 def owner(folder: Path) -> str | None:
