@@ -115,21 +115,27 @@ def test_continuing_from_the_fast_cache_equals_one_run(variant):
     assert torch.equal(rest.sequences, whole)
 
 
-@pytest.mark.parametrize("variant", ["sentinel", "adaptive", "switch_zoneout"])
-def test_decode_step_equals_forward_one_token_at_a_time(variant):
-    """The step itself, over three turns of the ring, against forward at T = 1 with its cache."""
-    m = model(variant)
+def steps_against_forward(m, batch, mask, tokens, steps):
+    """`steps` decode steps after a prompt, each against forward at T = 1 with its cache; the next tokens run through
+    every id. Returns forward's cache and the step's state."""
     cache = PointerSentinelCache()
     with torch.no_grad():
-        m(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
+        m(batch, attention_mask=mask, past_key_values=cache, use_cache=True)
         state, weights = decode_state(cache), m._packed_weights()
-        tokens = torch.tensor([3, 9])
-        for step in range(18):
+        for step in range(steps):
             want = m(tokens[:, None], past_key_values=cache, use_cache=True)
             log_p, vocab = decode_step(m, weights, state, tokens, True)
             torch.testing.assert_close(log_p, want.logits[:, -1], atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(vocab, want.vocab_logits[:, -1], atol=1e-5, rtol=1e-5)
-            tokens = (tokens * 7 + step) % 23
+            tokens = (tokens * 7 + step) % (m.config.vocab_size + m.config.oov_slots)
+    return cache, state
+
+
+@pytest.mark.parametrize("variant", ["sentinel", "adaptive", "switch_zoneout"])
+def test_decode_step_equals_forward_one_token_at_a_time(variant):
+    """The step itself, over three turns of the ring, against forward at T = 1 with its cache."""
+    m = model(variant)
+    cache, state = steps_against_forward(m, BATCH, MASK, torch.tensor([3, 9]), 18)
     mirror = PointerSentinelCache()
     mirror.seen_tokens = cache.seen_tokens - 18
     write_back(state, mirror, 18)

@@ -8,10 +8,9 @@ import pytest
 import torch
 from conftest import tiny_model
 from reference import reference_batch
-from test_fast_decode import DECODING, assert_same, run
+from test_fast_decode import DECODING, assert_same, run, steps_against_forward
 
-from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, pointer_mixture
-from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, decode_step
+from modeling_pointer_sentinel import PointerSentinelConfig, pointer_mixture
 from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, sliding_window
 
 V, N, UNK = 23, 4, 3  # tiny_model's vocabulary; placeholders are 23 ... 26
@@ -118,17 +117,7 @@ def test_fast_generate_equals_forward_with_placeholders(variant, decoding):
 
 
 def test_decode_step_equals_forward_with_placeholders():
-    m = model()
-    cache = PointerSentinelCache()
-    with torch.no_grad():
-        m(BATCH, attention_mask=MASK, past_key_values=cache, use_cache=True)
-        state, weights = decode_state(cache), m._packed_weights()
-        tokens = torch.tensor([24, 26])
-        for step in range(14):
-            want = m(tokens[:, None], past_key_values=cache, use_cache=True)
-            log_p, vocab = decode_step(m, weights, state, tokens, True)
-            torch.testing.assert_close(log_p, want.logits[:, -1], atol=1e-5, rtol=1e-5)
-            tokens = (tokens * 7 + step) % (V + N)
+    steps_against_forward(model(), BATCH, MASK, torch.tensor([24, 26]), 14)
 
 
 def test_compiled_generate_equals_fast_with_placeholders():

@@ -1,0 +1,135 @@
+"""The renamed-names benchmark: can the model produce a name it has only seen in the text?
+
+    python examples/renamed_names.py pretrained/wt2-pointer-sentinel-lstm-2x200 pretrained/wt2-lstm-2x200
+
+Each WikiText-2 test article (the bundled split, 62 articles) is scored twice. A *name* is a capitalised word of the
+vocabulary whose lower-case form is not in it, seen twice or more in the article. In the renamed copy every name is
+written as a made-up word the vocabulary lacks, so the tokenizer gives it a placeholder id (`config.oov_slots`): the
+ids are those placeholders directly, slot k for the article's k-th name, exactly what the tokenizer writes for k
+distinct unseen words. At each later occurrence of a name (not its first), with the article before it as context:
+- top-1: the greedy choice (`<unk>` suppressed, as generation does) is the name, or its placeholder;
+- log p: the model's log-probability of it. A placeholder the window no longer holds scores as `<unk>`'s "new word"
+  (the class, not the word), so the figures are also given for the positions whose previous occurrence is in the
+  pointer's window, where the placeholder's probability is that of the word itself.
+The plain LSTM cannot copy: its placeholder top-1 is 0 by construction, and its log p is that of `<unk>`.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def names(ids: list[int], vocab: dict[str, int]) -> list[int]:
+    """The article's names' ids, in order of first occurrence."""
+    words = {i: w for w, i in vocab.items()}
+    counts: dict[int, int] = {}
+    for i in ids:
+        counts[i] = counts.get(i, 0) + 1
+    found = []
+    for i in dict.fromkeys(ids):
+        w = words[i]
+        if counts[i] >= 2 and w.isalpha() and w[0].isupper() and w[1:].islower() and w.lower() not in vocab:
+            found.append(i)
+    return found
+
+
+def score(model, ids, positions, unk: int, chunk: int = 512):
+    """log p(ids[t]) and whether it is the greedy choice, at each position t (predicted from t - 1)."""
+    import torch
+
+    from modeling_pointer_sentinel import PointerSentinelCache
+
+    x = torch.tensor([ids])
+    cache, logp, top = PointerSentinelCache(), {}, {}
+    wanted = set(positions)
+    with torch.no_grad():
+        for s in range(0, len(ids) - 1, chunk):
+            e = min(s + chunk, len(ids) - 1)
+            out = model(x[:, s:e], shift_labels=x[:, s + 1 : e + 1], past_key_values=cache, use_cache=True)
+            for t in range(s + 1, e + 1):
+                if t in wanted:
+                    logits = out.logits[0, t - 1 - s].clone()
+                    logits[unk] = -torch.inf
+                    logp[t] = out.target_log_probs[0, t - 1 - s].item()
+                    top[t] = int(logits.argmax()) == ids[t]
+    return [logp[t] for t in positions], [top[t] for t in positions]
+
+
+def evaluate(folder: str, docs: list[str], limit: int | None = None) -> dict:
+    import torch
+    from tqdm import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_grad_enabled(False)
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    cfg = model.config
+    if not cfg.oov_slots:
+        raise SystemExit(f"{folder}: config.oov_slots is 0, so the model has no placeholders to copy")
+    vocab = tok.backend_tokenizer.get_vocab()
+    rows = {"real": ([], []), "renamed": ([], [])}
+    near = []  # whether the name's previous occurrence is in the pointer's window (a placeholder it can copy)
+    for doc in tqdm(docs[:limit] if limit else docs, desc=Path(folder).name, unit="article"):
+        ids = tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids  # corpus form: closed vocabulary
+        found = names(ids, vocab)[: cfg.oov_slots]
+        if not found:
+            continue
+        slot = {i: cfg.vocab_size + k for k, i in enumerate(found)}
+        renamed = [slot.get(i, i) for i in ids]
+        last, positions = {}, []
+        for t, i in enumerate(ids):
+            if i in slot:
+                if i in last:
+                    positions.append(t)
+                    near.append(t - last[i] <= cfg.pointer_window)  # the window ends at t - 1, L positions long
+                last[i] = t
+        for name, seq in (("real", ids), ("renamed", renamed)):
+            lp, top = score(model, seq, positions, cfg.unk_token_id)
+            rows[name][0].extend(lp)
+            rows[name][1].extend(top)
+    result = {"model": Path(folder).name, "cases": len(near), "in_window": sum(near)}
+    for name, (lp, top) in rows.items():
+        for part, keep in (("all", [True] * len(near)), ("in_window", near)):
+            k_lp, k_top = (
+                [v for v, k in zip(lp, keep, strict=True) if k],
+                [v for v, k in zip(top, keep, strict=True) if k],
+            )
+            result.setdefault(name, {})[part] = {"top1": sum(k_top) / len(k_top), "mean_log_p": sum(k_lp) / len(k_lp)}
+    return result
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+", help="saved model folders with oov_slots > 0")
+    p.add_argument("--limit", type=int, help="the first N articles only")
+    p.add_argument("--output", help="write the results as JSON here")
+    args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 1:
+        p.error(f"--limit must be a positive integer, got {args.limit}")
+    for m in args.models:
+        if not Path(m).is_dir():
+            p.error(f"{m}: no such folder")
+    sys.path.insert(0, str(ROOT / "examples"))
+    from lm_eval_wikitext import articles
+
+    docs = articles()
+    results = [evaluate(m, docs, args.limit) for m in args.models]
+    print("| model | positions | real: top-1 | real: mean log p | renamed: top-1 | renamed: mean log p |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        for part, label in (("all", "all"), ("in_window", "previous occurrence in the window")):
+            real, renamed = r["real"][part], r["renamed"][part]
+            n = r["cases"] if part == "all" else r["in_window"]
+            print(f"| {r['model']} | {label}: {n} | {real['top1']:.1%} | {real['mean_log_p']:.2f} | "
+                  f"{renamed['top1']:.1%} | {renamed['mean_log_p']:.2f} |")  # fmt: skip
+    if args.output:
+        Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
