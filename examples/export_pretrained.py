@@ -75,7 +75,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import add_text_rules  # noqa: E402
+from modeling_pointer_sentinel.pipeline_pointer_sentinel import ship_pipeline  # noqa: E402
+from modeling_pointer_sentinel.tokenization import add_text_rules, open_vocabulary  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     encode_lines,
     load_text_splits,
@@ -136,9 +137,9 @@ def main(argv=None):
         splits = {s: v for s, v in splits.items() if s != "train"}
     ids = {s: encode_lines(tok, lines) for s, lines in splits.items()}  # as the run read them
 
-    # ---- save: tokenizer in the current form (ids unchanged), model with its code ----
+    # ---- save: tokenizer in the current form (word ids unchanged, open vocabulary), model with its code ----
     out_dir.mkdir(parents=True, exist_ok=True)
-    add_text_rules(tok, info["text_rules"]).save_pretrained(out_dir)
+    open_vocabulary(add_text_rules(tok, info["text_rules"])).save_pretrained(out_dir)
     tok = AutoTokenizer.from_pretrained(out_dir)
     for split, lines in splits.items():
         if not torch.equal(encode_lines(tok, lines), ids[split]):
@@ -155,6 +156,7 @@ def main(argv=None):
     dtype = "float32"  # shipped weights stay exact; the check tells users what a smaller dtype costs
     suppress_unk_in_generation(model, tok)
     model.save_pretrained(out_dir, safe_serialization=True)
+    ship_pipeline(out_dir)  # pipeline("text-generation", model=out_dir, trust_remote_code=True) writes copied words
     code = ("modeling_pointer_sentinel.py", "generation_pointer_sentinel.py")  # the second as the first's import
     if not all((out_dir / f).is_file() for f in code) or "auto_map" not in json.loads(
         (out_dir / "config.json").read_text()
@@ -330,7 +332,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 path = "{folder}"
 model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True, dtype=torch.float32)
 tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)
-generator = pipeline("text-generation", model=model, tokenizer=tok)
+generator = pipeline("text-generation", model=path, trust_remote_code=True, dtype=torch.float32)  # the folder's own
 # a prompt starts a line, as every training line does after an <eos>: the zero state with no <eos> before it
 # is a context training never saw (the PTB pointer model ends the line at once there)
 print(generator("\\n{info["prompt"]}", max_new_tokens=20, do_sample=True, top_k=40)[0]["generated_text"])

@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from .tokenization_pointer_sentinel import PointerSentinelTokenizer
+
 EOS, UNK = "<eos>", "<unk>"
 # The line ends `datasets`' text loader (and Python's universal newlines) cut a file at: a line of the data code is
 # the text between two of these.
@@ -58,9 +60,13 @@ def add_line_rule(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast
 TEXT_RULES = ("wikitext", "ptb", "whitespace")
 # Word pieces, tried in order at each position: WikiText's clitics keep their apostrophe (`'s`, `'t`);
 # PTB's `n't` splits off its word (`do n't`) and its hyphenated words stay whole.
+# A URL or an e-mail address is one word (one placeholder when the vocabulary lacks it, written back as it was).
+_WHOLE = [r"(?:https?://|www\.)\S*[\w/]", r"[\w.+-]+@\w+(?:[.-]\w+)*\.\w+"]
 _PIECES = {
-    "wikitext": [r"@[-,.]@", r"'(?:s|t|re|ve|m|ll|d)\b", r"\w+", r"[^\w\s]"],
-    "ptb": [r"\w+?(?=n't\b)", r"n't\b", r"'\w+", r"\w+(?:-\w+)*", r"[^\w\s]"],
+    # an apostrophe inside a word opens its next piece (`d'Orsay` -> `d 'Orsay`, as the corpus writes `d 'Or`);
+    # `--` between words is one piece (the corpus's `--`)
+    "wikitext": [*_WHOLE, r"@[-,.]@", r"'(?:s|t|re|ve|m|ll|d)\b", r"(?<=\w)'\w+", r"-{2,}", r"\w+", r"[^\w\s]"],
+    "ptb": [*_WHOLE, r"\w+?(?=n't\b)", r"n't\b", r"'\w+", r"\w+(?:-\w+)*", r"[^\w\s]"],
 }
 _WIKITEXT_NORMALIZER = [  # <unk> stands for a word or a number the corpus left out
     (r"(?<=\w|<unk>)-(?=\w|<unk>)", " @-@ "),  # a hyphen between words
@@ -68,18 +74,22 @@ _WIKITEXT_NORMALIZER = [  # <unk> stands for a word or a number the corpus left 
     (r"(?<=\d|<unk>)\.(?=\d|<unk>)", " @.@ "),  # a decimal point
 ]
 _PTB_NORMALIZER = [
-    (r"(?<!\S)N(?!\S)", "0"),  # the corpus's own N survives lower-casing as a number
+    (r"(?<![^\s$])N(?!\S)", "0"),  # the corpus's own N (also as decoded, `$N`) survives lower-casing as a number
     ("LOWERCASE", None),
     (r"%", " N "),
-    # a number standing alone (PTB writes 1/2 as 1\/2), not part of a word such as 190.58-point or 1980s
-    (r"(?<![\w.,\\/-])(?>\d+(?:(?:[.,:]|\\?/)\d+)*)(?![\w\\/-])", " N "),
+    # a number standing alone (PTB writes 1/2 as 1\/2), not part of a word such as 190.58-point or 1980s; a minus sign
+    # before it (-5.5) is no part of a word
+    (r"(?<![\w.,\\/]|[\w.,\\/]-)(?>\d+(?:(?:[.,:]|\\?/)\d+)*)(?![\w\\/-])", " N "),
 ]
 # Decoding (on the joined text; each rule takes out only the space before a token, so a prefix of the ids decodes to
 # a prefix of the text, as streaming and pipelines need).
 _CLOSE = r"[,.;:!?%)\]}]|'\w|n't\b|\.\.\."
 _DECODE = {
     "wikitext": [(r" @-@(?: |$)", "-"), (r" @,@(?: |$)", ","), (r" @\.@(?: |$)", "."), (f" (?={_CLOSE})", ""),
-                 (r"(?<=s) '(?= |$)", "'"), (r"(?<=[(\[{$]) ", ""), (r"(?<==) (?==)", ""), (r"(?<=\n) ", "")],
+                 (r"(?<=s) '(?= |$)", "'"), (r"(?<=[(\[{$]) ", ""), (r"(?<==) (?==)", ""), (r"(?<=\n) ", ""),
+                 (r"(?<=\d:) (?=\d)", ""),  # a time or a score: 9:30
+                 (r"(?<=^ -|[^\d\s] -|[\n(\[{]-) (?=\d)", ""),  # a minus sign: -5.5 (not a dash between numbers, 3 - 2)
+                 (r"(?<=\w) (?=--)", ""), (r"(?<=\w--) (?=\w)", "")],  # a--b
     "ptb": [(r" (?='\w|n't\b|'(?: |$))", ""), (r"(?<=\$) ", ""), (r"(?<=\n) ", "")],
     "whitespace": [],
 }  # fmt: skip
@@ -133,7 +143,7 @@ def add_text_rules(tokenizer: PreTrainedTokenizerFast, rules: str) -> PreTrained
     if not isinstance(tk.model, models.WordLevel) or tk.token_to_id(EOS) != tokenizer.eos_token_id:
         raise ValueError(f"Only a word-level tokenizer whose eos token is {EOS} can take text rules.")
     tk.normalizer = _normalizer(rules)
-    tk.pre_tokenizer = _pre_tokenizer(rules, tk.get_vocab())
+    tk.pre_tokenizer = _pre_tokenizer(rules, tk.get_vocab(with_added_tokens=False))  # words, not placeholders
     _install_line_rule(tk, rules)
     tokenizer.init_kwargs["text_rules"] = rules
     return tokenizer
@@ -165,3 +175,19 @@ def build_word_level_tokenizer(
         tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, padding_side="left"
     )
     return add_text_rules(tokenizer, detect_text_rules(counts) if text_rules == "auto" else text_rules)
+
+
+def open_vocabulary(tokenizer: PreTrainedTokenizerFast, oov_slots: int = 256) -> PointerSentinelTokenizer:
+    """The word-level tokenizer as a `PointerSentinelTokenizer`: the same word ids and text rules, `oov_slots`
+    placeholders after the words, so each word the vocabulary lacks keeps its identity (tokenization_pointer_sentinel).
+    The word ids, and so every id of text in corpus form, are unchanged."""
+    if isinstance(tokenizer, PointerSentinelTokenizer) and tokenizer.oov_slots == oov_slots:
+        return tokenizer
+    tk = tokenizer.backend_tokenizer
+    if not isinstance(tk.model, models.WordLevel) or tk.token_to_id(EOS) != tokenizer.eos_token_id:
+        raise ValueError(f"Only a word-level tokenizer whose eos token is {EOS} can take an open vocabulary.")
+    if tk.get_vocab_size(with_added_tokens=True) != tk.get_vocab_size(with_added_tokens=False):
+        raise ValueError("The tokenizer already has tokens beyond its words (placeholders of another oov_slots?).")
+    rules = {k: tokenizer.init_kwargs[k] for k in ("text_rules",) if k in tokenizer.init_kwargs}
+    return PointerSentinelTokenizer(tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, unk_token=UNK,
+                                    padding_side="left", oov_slots=oov_slots, **rules)  # fmt: skip

@@ -31,6 +31,15 @@ G = "examples/generate.py"
 R = "benchmarks/run.py"
 CKPT = ["tests/test_checkpoints.py"]
 RULES = ["tests/test_text_rules.py"]
+OV, PIPE = (
+    "modeling_pointer_sentinel/tokenization_pointer_sentinel.py",
+    "modeling_pointer_sentinel/pipeline_pointer_sentinel.py",
+)
+OVT = "tests/test_open_vocab_tokenizer.py"
+RAW_BACK = [
+    f"{RULES[0]}::test_wikitext_rules_give_raw_text_back",
+    f"{RULES[0]}::test_ptb_rules_give_raw_text_back_where_ptb_keeps_it",
+]
 ARGS_FIRST = ["tests/test_cli.py::test_scripts_check_their_command_line_before_importing_torch"]
 FD, ONNX, OX, OG = (
     "tests/test_fast_decode.py",
@@ -1288,7 +1297,7 @@ MUTS = [
     ),
     ("text rules: the vocabulary's words not kept whole", TOK, "] if kept else []", "] if False else []", RULES),
     ("text rules: @,@ joined only before a space", TOK, '(r" @,@(?: |$)", ",")', '(r" @,@ ", ",")', RULES),
-    ("text rules: PTB's own N lower-cased", TOK, '(r"(?<!\\S)N(?!\\S)", "0"),', "", RULES),
+    ("text rules: PTB's own N lower-cased", TOK, '(r"(?<![^\\s$])N(?!\\S)", "0"),', "", RULES),
     (
         "text rules: PTB drops its own marks ($)",
         TOK,
@@ -1298,6 +1307,152 @@ MUTS = [
     ),
     ("text rules: not recorded in the config", TOK, '    tokenizer.init_kwargs["text_rules"] = rules\n', "", RULES),
     ("text rules: never detected", TOK, '    if counts["@-@"] or counts["@,@"]:', "    if False:", RULES),
+    # the open-vocabulary tokenizer, the folders' pipeline and the text rules' round trips
+    (
+        "open vocabulary: a repeated word takes a new slot",
+        OV,
+        "                if surface not in slots:",
+        "                if True:",
+        [f"{OVT}::test_news_sentence_keeps_every_word"],
+    ),
+    (
+        "open vocabulary: a literal <unk> takes a placeholder",
+        OV,
+        "if surface == UNK or not surface:",
+        "if not surface:",
+        [f"{OVT}::test_literal_unk_keeps_its_id_and_placeholders_follow_the_words"],
+    ),
+    (
+        "open vocabulary: decode ignores the table",
+        OV,
+        "if 0 <= k < self.oov_slots and oov_words is not None and k < len(oov_words):",
+        "if False:",
+        [f"{OVT}::test_news_sentence_keeps_every_word"],
+    ),
+    (
+        "open vocabulary: no cap on the slots",
+        OV,
+        "if len(table) == self.oov_slots:",
+        "if False:",
+        [f"{OVT}::test_more_words_than_slots_read_as_unk_with_one_warning"],
+    ),
+    (
+        "open vocabulary: no warning past the slots",
+        OV,
+        "        if overflowed:\n",
+        "        if False:\n",
+        [f"{OVT}::test_more_words_than_slots_read_as_unk_with_one_warning"],
+    ),
+    (
+        "open vocabulary: a row's words read from the first row",
+        OV,
+        "                source = samples[sample][seq]",
+        "                source = samples[0][seq]",
+        [f"{OVT}::test_a_batch_keeps_one_table_per_row"],
+    ),
+    (
+        "open vocabulary: decoded text starts with a space",
+        OV,
+        'return text[1:] if text.startswith(" ") else text',
+        "return text",
+        [f"{OVT}::test_decoded_text_starts_with_no_space"],
+    ),
+    (
+        "open vocabulary: quotes not paired",
+        OV,
+        "            tokens = self._pair_quotes(tokens)",
+        "            pass",
+        [f"{OVT}::test_quotes_close_up_on_their_words"],
+    ),
+    (
+        "open vocabulary: skip_special_tokens drops <unk>",
+        OV,
+        "return set(self.all_special_ids) - {self.unk_token_id}",
+        "return set(self.all_special_ids)",
+        [f"{OVT}::test_unk_is_named_and_never_dropped"],
+    ),
+    (
+        "open vocabulary: unk_token not declared",
+        OV,
+        "        self.unk_token = str(unk)\n",
+        "",
+        [f"{OVT}::test_unk_is_named_and_never_dropped"],
+    ),
+    (
+        "open vocabulary: stop strings read a placeholder's token",
+        OV,
+        'word = getattr(index, "word", None)',
+        "word = None",
+        [f"{OVT}::test_stop_strings_read_the_vocabulary", f"{OVT}::test_generate_stops_at_a_stop_string"],
+    ),
+    (
+        "open vocabulary: the backend rebuilt from the bare vocabulary",
+        OV,
+        "return super().convert_to_native_format(trust_remote_code=True, **kwargs)",
+        "return super().convert_to_native_format(trust_remote_code=trust_remote_code, **kwargs)",
+        [f"{OVT}::test_news_sentence_keeps_every_word"],
+    ),
+    (
+        "pipeline: the continuation decoded on its own",
+        PIPE,
+        "                text = whole[len(head) :]",
+        '                text = " " + self.tokenizer.decode(new, oov_words=table)',
+        [f"{OVT}::test_pipeline_joins_the_continuation_as_running_text"],
+    ),
+    (
+        "pipeline: the end of generation written",
+        PIPE,
+        "            while skip and new and new[-1] in ends:",
+        "            while False:",
+        [f"{OVT}::test_pipeline_drops_the_end_of_generation_and_writes_inner_line_breaks"],
+    ),
+    (
+        "pipeline: the prompt's table dropped",
+        PIPE,
+        '        inputs["oov_words"] = list(tables[0]) if tables else []',
+        '        inputs["oov_words"] = []',
+        [f"{OVT}::test_copied_placeholders_write_each_rows_own_words"],
+    ),
+    (
+        "pipeline: placeholders reach a model without their columns",
+        PIPE,
+        "        if (ids >= limit).any():",
+        "        if False:",
+        [f"{OVT}::test_a_model_without_placeholder_columns_reads_them_as_unk"],
+    ),
+    ("text rules: 9:30 spaced", TOK, '(r"(?<=\\d:) (?=\\d)", ""),', "", RAW_BACK),
+    ("text rules: a minus sign spaced", TOK, '(r"(?<=^ -|[^\\d\\s] -|[\\n(\\[{]-) (?=\\d)", ""),', "", RAW_BACK),
+    ("text rules: -- cut in two", TOK, 'r"-{2,}", ', "", RAW_BACK),
+    ("text rules: a--b spaced", TOK, '(r"(?<=\\w) (?=--)", ""), (r"(?<=\\w--) (?=\\w)", "")', "", RAW_BACK),
+    ("text rules: an apostrophe inside a word cut off", TOK, 'r"(?<=\\w)\'\\w+", ', "", RAW_BACK),
+    (
+        "text rules: URLs and e-mail addresses cut",
+        TOK,
+        '_WHOLE = [r"(?:https?://|www\\.)\\S*[\\w/]", r"[\\w.+-]+@\\w+(?:[.-]\\w+)*\\.\\w+"]',
+        "_WHOLE = []",
+        RAW_BACK,
+    ),
+    (
+        "text rules: PTB reads its decoded $N as $ n",
+        TOK,
+        '(r"(?<![^\\s$])N(?!\\S)", "0"),',
+        '(r"(?<!\\S)N(?!\\S)", "0"),',
+        [f"{RULES[0]}::test_ptb_rules_read_raw_news_text"],
+    ),
+    (
+        "text rules: PTB reads a minus sign as part of a word",
+        TOK,
+        '(r"(?<![\\w.,\\\\/]|[\\w.,\\\\/]-)(?>',
+        '(r"(?<![\\w.,\\\\/-])(?>',
+        [f"{RULES[0]}::test_ptb_rules_read_raw_news_text"],
+    ),
+    (
+        "text rules: the shipped tokenizer files go stale",
+        TOK,
+        '                 (r"(?<=\\d:) (?=\\d)", ""),  # a time or a score: 9:30\n',
+        "",
+        [f"{OVT}::test_shipped_tokenizer_holds_this_packages_text_rules"],
+    ),
     (
         "generation: <unk> not suppressed by default",
         TR,

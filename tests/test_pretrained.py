@@ -20,7 +20,8 @@ PRETRAINED = ROOT / "pretrained"
 FOLDERS = sorted(d for d in PRETRAINED.iterdir() if (d / "config.json").is_file()) if PRETRAINED.is_dir() else []
 FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md",
          "eval_results.json", "configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py",
-         "generation_pointer_sentinel.py"}  # fmt: skip
+         "generation_pointer_sentinel.py", "tokenization_pointer_sentinel.py",
+         "pipeline_pointer_sentinel.py"}  # fmt: skip
 
 CLIENT = """
 import json, lzma, math, sys
@@ -196,7 +197,13 @@ def test_shipped_code_is_the_package_code(folder):
     """Remote code and the installed package must run the same equations, or the card's figures hold for one loading
     path only. After a change to either file, copy it into each folder and re-run these tests (the fixed slice then
     checks the figures still hold)."""
-    for name in ("modeling_pointer_sentinel.py", "configuration_pointer_sentinel.py", "generation_pointer_sentinel.py"):
+    for name in (
+        "modeling_pointer_sentinel.py",
+        "configuration_pointer_sentinel.py",
+        "generation_pointer_sentinel.py",
+        "tokenization_pointer_sentinel.py",
+        "pipeline_pointer_sentinel.py",
+    ):
         shipped, package = folder / name, ROOT / "modeling_pointer_sentinel" / name
         assert shipped.read_text() == package.read_text(), f"{shipped} differs from {package}: copy it over"
 
