@@ -191,7 +191,8 @@ def parse_args(argv=None):
     if args.resume_from_checkpoint not in (None, "latest"):
         if not (named := Path(args.resume_from_checkpoint)).is_dir():
             # a kill between a second save's renames left it under another name, which only `latest` restores
-            left = named.with_name(named.name + ".replaced")
+            renamed = sorted(p for p in named.parent.glob(named.name + ".*") if p.name.endswith(".replaced"))
+            left = renamed[0] if renamed else named.with_name(named.name + ".replaced")
             hint = f" (a kill left it as {left}: --resume_from_checkpoint latest puts it back)" if left.is_dir() else ""
             p.error(f"--resume_from_checkpoint {named}: no such checkpoint folder{hint}")
         if why := incomplete(named):
@@ -213,8 +214,8 @@ def parse_args(argv=None):
 # last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
 # removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
 # skips it, and the next save removes it. A step saved twice (a periodic save, then the stop at that epoch end) keeps
-# its first checkpoint, renamed step_N.replaced, until the second is in place: a resume puts back one that a kill
-# left without its replacement.
+# its first checkpoint, renamed step_N.<run id>.replaced, until the second is in place: a resume puts back one that a
+# kill left without its replacement.
 #
 # A run owns its checkpoints: each manifest holds the run's id, which a resumed run continues when it resumes the
 # newest checkpoint of that run in that run's own --output_dir. Any other resume forks the run's history (the newer
@@ -379,9 +380,10 @@ def checkpoint_folders(out_dir: Path) -> list[Path]:
 
 
 def restore_replaced(out_dir: Path, say=print):
-    """Main process: a kill between a second save's two renames leaves step_N.replaced and no step_N; put it back."""
+    """Main process: a kill between a second save's two renames leaves step_N.<run id>.replaced and no step_N; put it
+    back."""
     for replaced in out_dir.glob("step_*.replaced"):
-        if not (final := replaced.with_suffix("")).exists() and incomplete(replaced) is None:
+        if not (final := out_dir / replaced.name.split(".")[0]).exists() and incomplete(replaced) is None:
             os.replace(replaced, final)
             say(f"restored {final}: a kill came before its second save took its place")
 
@@ -408,9 +410,10 @@ def new_run_id() -> str:
 
 
 def owner(folder: Path) -> str | None:
-    """The run id of a checkpoint folder (its manifest's), or of an .incomplete one (its name's); None when it has
-    none (a checkpoint written before run ids, a folder without a manifest)."""
-    if folder.name.endswith(".incomplete"):
+    """The run id of a checkpoint folder (its manifest's), or of an .incomplete or .replaced one (its name's: a kill
+    can leave either without its manifest); None when it has none (a checkpoint written before run ids, a folder
+    without a manifest)."""
+    if folder.name.endswith((".incomplete", ".replaced")):
         parts = folder.name.split(".")
         return parts[1] if len(parts) == 3 else None
     run_id = (read_manifest(folder) or {}).get("run_id")
@@ -483,7 +486,7 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
         manifest = {"step": step, "run_id": run["run_id"], "files": {p.name: p.stat().st_size for p in files}}
         write_manifest(tmp / MANIFEST, manifest | ({"parent": run["parent"]} if run["parent"] else {}))
         if final.exists():  # this step saved before: whole until the new one takes its name
-            replaced = final.with_name(final.name + ".replaced")
+            replaced = final.with_name(f"{final.name}.{run['run_id']}.replaced")
             if replaced.exists():  # a leftover of an earlier kill, with this step's checkpoint in place
                 shutil.rmtree(replaced)
             os.replace(final, replaced)

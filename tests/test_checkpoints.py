@@ -137,9 +137,9 @@ def test_resume_from_an_incomplete_checkpoint_by_name_is_one_error(small_corpus,
 
 
 def test_resume_by_name_of_a_checkpoint_a_kill_left_renamed_points_to_latest(small_corpus, tmp_path):
-    """A kill inside a step's second save can leave only step_N.replaced; naming step_N then says where it is and
-    which flag puts it back, rather than only that it does not exist."""
-    (tmp_path / "step_7.replaced").mkdir()
+    """A kill inside a step's second save can leave only step_N.<run id>.replaced; naming step_N then says where it is
+    and which flag puts it back, rather than only that it does not exist."""
+    (tmp_path / "step_7.20261128-051500-0123abcd.replaced").mkdir()
     args = [a for a in common_args(small_corpus, tmp_path) if a != "latest"]
     at = args.index("--resume_from_checkpoint") + 1
     args[at:at] = [str(tmp_path / "step_7")]
@@ -147,7 +147,7 @@ def test_resume_by_name_of_a_checkpoint_a_kill_left_renamed_points_to_latest(sma
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1] == (
         f"train.py: error: --resume_from_checkpoint {tmp_path / 'step_7'}: no such checkpoint folder (a kill left it "
-        f"as {tmp_path / 'step_7.replaced'}: --resume_from_checkpoint latest puts it back)"
+        f"as {tmp_path / 'step_7.20261128-051500-0123abcd.replaced'}: --resume_from_checkpoint latest puts it back)"
     )
     assert not os.path.exists(tmp_path / "out")
 
@@ -190,9 +190,11 @@ def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_
 
 
 # Events of a save at a step saved before (tests/kill_during_save.py): 1-7 its files, 8 its manifest, 9/10
-# before/after the rename of the first checkpoint to step_N.replaced, 11/12 before/after the rename of the new one to
-# step_N, 13 inside the rmtree of step_N.replaced. 10: only the first is whole, as step_N.replaced.
-RESAVE_EVENTS = [10]
+# before/after the rename of the first checkpoint to step_N.<run id>.replaced, 11/12 before/after the rename of the new
+# one to step_N, 13 inside the rmtree of step_N.<run id>.replaced. 1-7 leave what 8 leaves (the first checkpoint whole
+# as step_N, the new one's .incomplete folder), the state of the first kill test's events 1-8; 10 and 11 leave the
+# first checkpoint whole only as step_N.<run id>.replaced.
+RESAVE_EVENTS = list(range(8, 14))
 
 
 @pytest.fixture(scope="module")
@@ -219,7 +221,7 @@ def test_sigkill_inside_the_second_save_of_a_step_resumes_from_that_step_bit_exa
     done = run(TRAIN, [*args, "--output_dir", str(killed)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resuming from {killed / f'step_{epoch_end}'}" in done.stdout
-    assert (f"restored {killed / f'step_{epoch_end}'}" in done.stdout) == (event == 10)
+    assert (f"restored {killed / f'step_{epoch_end}'}" in done.stdout) == (event in (10, 11))
     reference = losses(whole)
     assert all(r["train_loss"] == reference[r["step"]] for r in log_rows(killed) if "train_loss" in r)
     a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
@@ -355,15 +357,16 @@ def test_clean_up_removes_only_the_runs_own_folders(tmp_path):
     checkpoint("step_2", "mine", 2)
     checkpoint("step_3", "mine", 3)
     checkpoint("step_4", "mine", 4, whole=False)  # a kill inside its deletion
-    checkpoint("step_5.replaced", "mine", 5)
+    checkpoint("step_5.mine.replaced", "mine", 5)
+    (tmp_path / "step_6.mine.replaced").mkdir()  # a kill inside its deletion took its manifest
     (tmp_path / "step_6.mine.incomplete").mkdir()
     checkpoint("step_1", "other", 1, whole=False)
     checkpoint("step_8", "other", 8)
-    checkpoint("step_9.replaced", "other", 9)
+    checkpoint("step_9.other.replaced", "other", 9)
     (tmp_path / "step_9.other.incomplete").mkdir()
     (tmp_path / "step_7").mkdir()  # no manifest: not a checkpoint of any run
     train.tidy_checkpoints(tmp_path, 1, {"mine"}, say=lambda _: None)
-    assert step_folders(tmp_path) == ["step_1", "step_3", "step_8", "step_9.other.incomplete", "step_9.replaced"]
+    assert step_folders(tmp_path) == ["step_1", "step_3", "step_8", "step_9.other.incomplete", "step_9.other.replaced"]
 
 
 def test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting(small_corpus, tmp_path, capsys):
