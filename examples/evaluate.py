@@ -54,6 +54,7 @@ RANGES = [  # checked by cli.check_ranges (a float must also be finite; a grid v
     *((f"--dynamic_{n}", non_negative, ">= 0") for n in ("lr", "lambda", "stats_tokens", "grid_lrs", "grid_lambdas")),
     ("--grid_extensions", non_negative, ">= 0"),
     ("--dynamic_epsilon", positive, "> 0"),
+    ("--oov_types", positive, ">= 1"),
 ]
 
 
@@ -66,6 +67,8 @@ def parse_args(argv=None):
     a("--batch_size", type=int, default=10)
     a("--bptt", type=int, default=200)
     a("--max_tokens", type=int, default=None, help="evaluate the first N tokens only")
+    a("--oov_types", type=int, default=None, help="the distinct words the split's <unk> stands for, for the "
+      "unknown-penalised perplexity (default: each <unk> a word of its own, an upper bound)")  # fmt: skip
     a("--cache", action="store_true", help="add Grave et al.'s neural cache")
     a("--cache_window", type=int, default=3785)
     a("--cache_theta", type=float, default=0.662)
@@ -156,6 +159,7 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     gate_statistics,
     gradient_statistics,
     perplexity,
+    unknown_penalised_perplexity,
 )
 from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
@@ -239,6 +243,8 @@ def main(argv=None):
 
     out = run(model, args.split)
     results = {"split": args.split, "tokens": out.targets.numel(), "ppl": out.perplexity()}
+    if (unk := unk_token_id(tok)) is not None:
+        results["upp"] = unknown_penalised_perplexity(out, unk, args.oov_types)
     if model.config.use_pointer:
         results["ppl_pointer_off"] = out.perplexity(pointer=False)
         results.update(gate_statistics(out, tok))
@@ -428,6 +434,10 @@ def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
 def summary(results: dict, args, picture_positions=None) -> str:
     """A few lines for the terminal; the full results go to --output_json."""
     rows = [("model", results["ppl"])]
+    if "upp" in results:
+        u = results["upp"]
+        many = "each <unk> a word of its own: an upper bound" if u["bound"] else "--oov_types"
+        rows.append((f"unknown-penalised (p(<unk>) / {u['oov_types']:,} OOV types, {many})", u["ppl"]))
     if "ppl_pointer_off" in results:
         rows.append(("pointer switched off (g = 1)", results["ppl_pointer_off"]))
     if "ppl_with_cache" in results:

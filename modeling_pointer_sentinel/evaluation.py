@@ -36,6 +36,21 @@ def perplexity(mean_nll: float) -> float:
     return math.exp(mean_nll)
 
 
+def unknown_penalised_perplexity(outputs: StreamOutputs, unk_id: int, oov_types: int | None = None) -> dict:
+    """Ahn et al.'s (2016) unknown-penalised perplexity: p(<unk>) is shared by the `oov_types` distinct words it stands
+    for, so each <unk> target scores p(<unk>) / oov_types. Text in corpus form no longer holds those words; without
+    `oov_types` every <unk> target counts as a word of its own, the most there can be, which makes the figure an upper
+    bound of the true UPP."""
+    is_unk = outputs.targets == unk_id
+    unk_targets = int(is_unk.sum())
+    k = oov_types if oov_types is not None else max(unk_targets, 1)
+    if k < 1:
+        raise ValueError(f"oov_types must be >= 1, got {k}.")
+    log_p = outputs.log_probs.double() - is_unk.double() * math.log(k)
+    return {"ppl": perplexity(-log_p.mean().item()), "oov_types": k, "unk_targets": unk_targets,
+            "bound": oov_types is None}  # fmt: skip
+
+
 def _segments(streams: torch.Tensor, length: int):
     """(inputs, targets) of consecutive segments of `length` targets over (B, N+1) streams (the last may be shorter)."""
     for p in range(0, streams.shape[1] - 1, length):

@@ -49,6 +49,20 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "unknown-penalised perplexity: <unk> not shared by its types",
+        E,
+        "log_p = outputs.log_probs.double() - is_unk.double() * math.log(k)",
+        "log_p = outputs.log_probs.double()",
+        ["tests/test_evaluation.py"],
+    ),
+    (
+        "unknown-penalised perplexity: one type by default",
+        E,
+        "k = oov_types if oov_types is not None else max(unk_targets, 1)",
+        "k = oov_types if oov_types is not None else 1",
+        ["tests/test_evaluation.py"],
+    ),
+    (
         "open vocabulary: a placeholder reads id 0's embedding, not <unk>'s",
         M,
         "input_ids = input_ids.masked_fill(input_ids >= cfg.vocab_size, cfg.unk_token_id)",

@@ -17,6 +17,7 @@ from modeling_pointer_sentinel.evaluation import (
     frequency_buckets,
     gate_statistics,
     neural_cache_loop_reference,
+    unknown_penalised_perplexity,
 )
 from modeling_pointer_sentinel.plotting import (
     plot_bucket_differences,
@@ -319,3 +320,31 @@ def test_a_cache_grid_point_with_an_impossible_target_ranks_last():
     out = StreamOutputs(targets, lp, lp, torch.ones(1, 6), hidden=torch.randn(1, 6, 4, dtype=torch.float64))
     grid = cache_grid_search(out, windows=[3], thetas=[1.0], lambdas=[0.0, 0.5])
     assert [r["lam"] for r in grid] == [0.5, 0.0] and math.isfinite(grid[0]["ppl"]) and grid[1]["ppl"] == math.inf
+
+
+def test_unknown_penalised_perplexity_divides_unk_by_the_oov_types():
+    """UPP by its definition, target by target: p(<unk>) / K for each <unk> target, p(y) for the others; K defaults to
+    the number of <unk> targets (each a word of its own: the largest K, so an upper bound)."""
+    targets = torch.tensor([[5, 1, 7, 1, 1, 2]])
+    log_probs = torch.log(torch.tensor([[0.2, 0.3, 0.05, 0.25, 0.4, 0.1]], dtype=torch.float64))
+    out = StreamOutputs(targets, log_probs, log_probs, torch.ones_like(log_probs))
+    p = [0.2, 0.3 / 2, 0.05, 0.25 / 2, 0.4 / 2, 0.1]
+    upp = unknown_penalised_perplexity(out, unk_id=1, oov_types=2)
+    assert upp["ppl"] == pytest.approx(math.exp(-sum(map(math.log, p)) / 6), rel=1e-12)
+    assert (upp["oov_types"], upp["unk_targets"], upp["bound"]) == (2, 3, False)
+    bound = unknown_penalised_perplexity(out, unk_id=1)
+    assert (bound["oov_types"], bound["bound"]) == (3, True) and bound["ppl"] > upp["ppl"]
+    assert unknown_penalised_perplexity(out, unk_id=9)["ppl"] == pytest.approx(out.perplexity(), rel=1e-12)
+    with pytest.raises(ValueError, match="oov_types must be >= 1"):
+        unknown_penalised_perplexity(out, unk_id=1, oov_types=0)
+
+
+def test_evaluate_reports_the_unknown_penalised_perplexity(tmp_path):
+    _, tok, files = evaluation_files(tmp_path, 3)
+    (tmp_path / "test.txt").write_text("a b <unk> c <unk> d\nf <unk> a b\n")
+    model = tiny_model(vocab_size=len(tok), eos_token_id=tok.eos_token_id).eval()
+    model.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    results = evaluate_script()([str(tmp_path / "m"), *files, "--batch_size", "1", "--oov_types", "2"])
+    assert results["upp"]["oov_types"] == 2 and results["upp"]["unk_targets"] == 3
+    assert results["upp"]["ppl"] > results["ppl"]
