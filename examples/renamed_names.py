@@ -49,13 +49,15 @@ def score(model, ids, positions, unk: int, chunk: int = 512):
     with torch.no_grad():
         for s in range(0, len(ids) - 1, chunk):
             e = min(s + chunk, len(ids) - 1)
-            out = model(x[:, s:e], shift_labels=x[:, s + 1 : e + 1], past_key_values=cache, use_cache=True)
-            for t in range(s + 1, e + 1):
-                if t in wanted:
-                    logits = out.logits[0, t - 1 - s].clone()
-                    logits[unk] = -torch.inf
-                    logp[t] = out.target_log_probs[0, t - 1 - s].item()
-                    top[t] = int(logits.argmax()) == ids[t]
+            here = [t for t in range(s + 1, e + 1) if t in wanted]  # the mixture over V + N only where it is read
+            keep = torch.tensor([t - 1 - s for t in here]) if here else 1
+            out = model(x[:, s:e], shift_labels=x[:, s + 1 : e + 1], past_key_values=cache, use_cache=True,
+                        logits_to_keep=keep)  # fmt: skip
+            for j, t in enumerate(here):
+                logits = out.logits[0, j].clone()
+                logits[unk] = -torch.inf
+                logp[t] = out.target_log_probs[0, t - 1 - s].item()
+                top[t] = int(logits.argmax()) == ids[t]
     return [logp[t] for t in positions], [top[t] for t in positions]
 
 
