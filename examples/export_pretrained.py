@@ -155,6 +155,8 @@ def main(argv=None):
                                                           "relative_change": ppl["ppl"] / fp32_test - 1}  # fmt: skip
     dtype = "float32"  # shipped weights stay exact; the check tells users what a smaller dtype costs
     suppress_unk_in_generation(model, tok)
+    # the tokenizer's placeholders are the model's extra outputs; ids of text without them are scored as before
+    model.config.oov_slots, model.config.unk_token_id = tok.oov_slots, tok.unk_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
     ship_pipeline(out_dir)  # pipeline("text-generation", model=out_dir, trust_remote_code=True) writes copied words
     code = ("modeling_pointer_sentinel.py", "generation_pointer_sentinel.py")  # the second as the first's import

@@ -1,0 +1,36 @@
+"""What ends generation in the shipped folders: only the length. `<eos>` is both corpora's line break (PTB: a sentence's
+end, WikiText-2: a paragraph's or heading's) and neither marks the end of a text, so the shipped generation_config.json
+names no end token and a prompt that ends its sentence gets the next line rather than nothing."""
+
+import json
+
+import pytest
+import torch
+from conftest import ROOT
+from transformers import GenerationConfig, pipeline
+
+PRETRAINED = ROOT / "pretrained"
+SHIPPED = sorted(p.name for p in PRETRAINED.iterdir() if (p / "config.json").is_file())
+POINTER = [name for name in SHIPPED if "pointer" in name]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_generation_config_names_no_end_token(name):
+    """No eos_token_id (also not one taken over from config.json); <eos> stays the pad token of batched prompts."""
+    folder = PRETRAINED / name
+    gen = GenerationConfig.from_pretrained(folder)
+    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
+    assert gen.eos_token_id is None and gen.pad_token_id == eos
+
+
+@pytest.mark.parametrize("name", POINTER)
+def test_whole_sentence_prompt_gets_a_greedy_continuation(name):
+    """The case that ended at once: both models' first greedy token after this sentence is <eos>. Through the
+    folder's own pipeline the continuation goes on past it and holds words."""
+    assert len(POINTER) == 2
+    generator = pipeline("text-generation", model=str(PRETRAINED / name), trust_remote_code=True, dtype=torch.float32)
+    prompt = "The game was released in Japan in 2011."
+    first = generator(prompt, max_new_tokens=1, do_sample=False, return_tensors=True)[0]["generated_token_ids"][-1]
+    assert first == generator.tokenizer.eos_token_id
+    text = generator(prompt, max_new_tokens=20, do_sample=False)[0]["generated_text"]
+    assert text.startswith(prompt) and any(c.isalpha() for c in text[len(prompt) :])
