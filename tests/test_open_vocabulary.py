@@ -85,6 +85,17 @@ def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
     assert torch.isneginf(open_.logits[..., V:]).all()
 
 
+def test_mixture_without_placeholders_is_bit_exact_with_many_literal_unk():
+    """A window of 100 full of literal <unk>s (corpus form): summing their mass again would round differently in a
+    third of the rows, so <unk>'s entry is kept as the closed-vocabulary mixture wrote it."""
+    torch.manual_seed(0)
+    vocab, pointer = torch.log_softmax(torch.randn(64, V), -1), torch.log_softmax(torch.randn(64, 101), -1)
+    ids = torch.randint(0, 6, (64, 100))  # a third of them <unk> (3)
+    closed = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100].exp(), ids)
+    opened = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100].exp(), ids, Placeholders(V, N, UNK))
+    assert torch.equal(opened[:, :V], closed) and torch.isneginf(opened[:, V:]).all()
+
+
 @pytest.mark.parametrize("variant", ["sentinel", "adaptive"])
 def test_training_with_placeholder_targets_has_finite_gradients(variant):
     m = model(variant, input_dropout=0.2).train()
