@@ -110,8 +110,9 @@ def wait_for(condition, what: str, limit_s: float = 300):
 
 
 def endless_two_rank_launch(corpus, out: Path) -> list[str]:
-    return launch_command(data_args(corpus) + ["--output_dir", str(out), "--num_train_epochs", "1000", "--num_threads",
-                                               "1"], processes=2, port=29641)  # fmt: skip
+    """A 2-rank launch that trains for hours (no early stop): only a kill ends it within a test."""
+    endless = ["--num_train_epochs", "1000000", "--patience", "1000000", "--num_threads", "1"]
+    return launch_command(data_args(corpus) + ["--output_dir", str(out), *endless], processes=2, port=29641)
 
 
 def test_a_launch_stopped_midway_leaves_no_rank_behind(corpus, tmp_path):
