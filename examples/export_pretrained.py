@@ -155,6 +155,10 @@ def main(argv=None):
                                                           "relative_change": ppl["ppl"] / fp32_test - 1}  # fmt: skip
     dtype = "float32"  # shipped weights stay exact; the check tells users what a smaller dtype costs
     suppress_unk_in_generation(model, tok)
+    # <eos> is the corpus's line break, not an end of text (neither corpus has one): only the length ends generation.
+    # No pad token either: with one and no end token, generate takes a prompt's <eos> for padding (when called
+    # without attention_mask); batches come left-padded with their attention_mask from the tokenizer.
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
     # the tokenizer's placeholders are the model's extra outputs; ids of text without them are scored as before
     model.config.oov_slots, model.config.unk_token_id = tok.oov_slots, tok.unk_token_id
     model.save_pretrained(out_dir, safe_serialization=True)
@@ -347,7 +351,9 @@ out = model(ids, labels=ids)
 `trust_remote_code=True` runs the code in this folder (`modeling_pointer_sentinel.py`, `generation_pointer_sentinel.py`,
 `configuration_pointer_sentinel.py`); with the `modeling_pointer_sentinel` package installed and imported, the
 package's classes load it without remote code. The tokenizer reads each line break as `<eos>`, as the training data
-was read, and decodes `<eos>` to a line break; `pipeline` drops it (it is the eos, pad and bos token) and stops at it.
+was read, and decodes `<eos>` to a line break. `<eos>` does not end generation (neither corpus marks the end of a
+text): `generation_config.json` names no end token, so a sample runs to `max_new_tokens`, and no pad token
+(`generate` would take a prompt's `<eos>` for padding).
 To score a long text, pass it whole or in chunks with `past_key_values` (the LSTM state and the pointer window carry).
 
 ## Limitations

@@ -118,6 +118,7 @@ def main(argv=None):
     ids = torch.tensor([prompt_ids if prompt_ids[:1] == [eos] else [eos, *prompt_ids]])
     out = model.generate(
         ids,
+        attention_mask=torch.ones_like(ids),  # every id is real: without it, generate takes the <eos> for padding
         max_new_tokens=args.max_new_tokens,
         do_sample=args.do_sample,
         temperature=args.temperature,

@@ -7,7 +7,9 @@ import json
 import pytest
 import torch
 from conftest import ROOT
-from transformers import GenerationConfig, pipeline
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+import modeling_pointer_sentinel  # noqa: F401  (registers the Auto classes)
 
 PRETRAINED = ROOT / "pretrained"
 SHIPPED = sorted(p.name for p in PRETRAINED.iterdir() if (p / "config.json").is_file())
@@ -16,11 +18,23 @@ POINTER = [name for name in SHIPPED if "pointer" in name]
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_generation_config_names_no_end_token(name):
-    """No eos_token_id (also not one taken over from config.json); <eos> stays the pad token of batched prompts."""
+    """No eos_token_id, also not one taken over from config.json, and no pad token (see the next test)."""
+    gen = AutoModelForCausalLM.from_pretrained(PRETRAINED / name, dtype=torch.float32).generation_config
+    assert json.loads((PRETRAINED / name / "config.json").read_text())["eos_token_id"] is not None
+    assert gen.eos_token_id is None and gen.pad_token_id is None
+
+
+@pytest.mark.parametrize("name", POINTER)
+def test_a_prompts_line_breaks_are_not_taken_for_padding(name):
+    """With a pad token and no end token, generate called without attention_mask masks every pad id of the prompt as
+    padding: with <eos> the pad token, a prompt's line breaks would be dropped."""
     folder = PRETRAINED / name
-    gen = GenerationConfig.from_pretrained(folder)
-    eos = json.loads((folder / "config.json").read_text())["eos_token_id"]
-    assert gen.eos_token_id is None and gen.pad_token_id == eos
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    ids = AutoTokenizer.from_pretrained(folder)("\nThe company said\nthat", return_tensors="pt").input_ids
+    assert (ids == model.config.eos_token_id).sum() == 2
+    kw = dict(max_new_tokens=6, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    alone, masked = model.generate(ids, **kw), model.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+    torch.testing.assert_close(torch.stack(alone.scores), torch.stack(masked.scores))
 
 
 @pytest.mark.parametrize("name", POINTER)
