@@ -9,7 +9,10 @@ int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnx
 
 The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
-()); outputs are log p (B, V), the mixture's, and the same state after the step. The batch size is dynamic. The
+()); outputs are log p (B, V + N), the mixture's, and the same state after the step. N is `config.oov_slots`: ids V ...
+V+N-1 are placeholders for a text's out-of-vocabulary words (the folder's tokenizer assigns them), which the pointer
+copies and which share `<unk>`'s vocabulary mass, as in the model's forward (a model without a pointer gives them
+log p = -inf). The batch size is dynamic. The
 exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor
 operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript
 exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
@@ -46,6 +49,10 @@ def parse_args(argv=None):
     describe_ranges(p, RANGES)
     args = p.parse_args(argv)
     check_ranges(p, args, RANGES)
+    if not Path(args.folder).is_dir():
+        p.error(f"{args.folder}: no such model folder (give a folder written by save_pretrained, e.g. pretrained/...)")
+    if not (Path(args.folder) / "config.json").is_file():
+        p.error(f"{args.folder}: not a model folder (no config.json)")
     if args.test_file is not None and not args.test_file.is_file():
         p.error(f"--test_file {args.test_file} is not a file")
     return args
@@ -67,6 +74,7 @@ from modeling_pointer_sentinel.generation_pointer_sentinel import (  # noqa: E40
     decode_step,
     pack_weights,
 )
+from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders  # noqa: E402
 
 
 class DecodeStepGraph(torch.nn.Module):
@@ -88,6 +96,8 @@ class DecodeStepGraph(torch.nn.Module):
         log_p, _ = decode_step(self.model, pack_weights(self.model, input_first=False), s, input_ids, True)
         if self.model.pointer is None:  # the plain LSTM's step gives logits: normalise them here
             log_p = torch.log_softmax(log_p, -1)
+            if places := Placeholders.of(self.model.config):  # forward's width: it cannot copy a placeholder
+                log_p = torch.nn.functional.pad(log_p, (0, places.n), value=-torch.inf)
         return (log_p, *state_tensors(s))
 
 
@@ -193,6 +203,25 @@ def quantize(src: Path, dst: Path):
     onnx.save(m, str(dst))
 
 
+def tokenizer_code(folder: Path) -> list[str]:
+    """The tokenizer's own code files, named in tokenizer_config.json's auto_map (the open-vocabulary tokenizer is
+    remote code): the runner loads the tokenizer from the exported folder."""
+    path = folder / "tokenizer_config.json"
+    auto = json.loads(path.read_text()).get("auto_map", {}) if path.is_file() else {}
+    classes = auto.get("AutoTokenizer") or []
+    return sorted({f"{c.split('.')[0]}.py" for c in (classes if isinstance(classes, list) else [classes]) if c})
+
+
+def parity_prompt(model, tokenizer) -> list[int]:
+    """The parity check's prompt: a news phrase and, with placeholders, two of them among the last words, so the
+    steps after it mix copies of placeholders and split `<unk>`'s share."""
+    prompt = [int(i) for i in tokenizer("the company said that the company", add_special_tokens=False)["input_ids"]]
+    prompt = [i for i in prompt if i < model.config.vocab_size] or [1]
+    if places := Placeholders.of(model.config):
+        prompt += [places.first, prompt[0], places.first + 1, places.first]
+    return prompt
+
+
 def parity(model, sess, steps: int, prompt: list[int]) -> float:
     """Largest |log p_onnx - log p_torch| over `steps` greedy steps after the prompt, both from the empty state."""
     names = io_names(model)[0][1:]
@@ -273,7 +302,7 @@ def main(argv=None):
     tokenizer, model = load_saved_model(args.folder)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name in FILES:
+    for name in [*FILES, *tokenizer_code(Path(args.folder))]:
         if (Path(args.folder) / name).is_file():
             shutil.copy(Path(args.folder) / name, out / name)
     paths = {"onnx_fp32": out / "decode_step.onnx"}
@@ -282,7 +311,7 @@ def main(argv=None):
         paths["onnx_int8"] = out / "decode_step.int8.onnx"
         quantize(paths["onnx_fp32"], paths["onnx_int8"])
     inputs, outputs = io_names(model)
-    prompt = tokenizer("the company said that the company", add_special_tokens=False)["input_ids"] or [1]
+    prompt = parity_prompt(model, tokenizer)
     report = {
         "source": str(args.folder),
         "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",

@@ -1,20 +1,41 @@
-r"""Generate with a decode step exported by examples/export_onnx.py, on ONNX Runtime: no PyTorch, no transformers.
+r"""Generate with a decode step exported by examples/export_onnx.py, on ONNX Runtime: no PyTorch.
 
-    python examples/onnx_generate.py onnx/ptb --prompt "the company said" --max_new_tokens 30
+    python examples/onnx_generate.py onnx/wt2 --prompt "Zelenskyy met Macron in Kyiv. Later, Zelenskyy said" \
+        --max_new_tokens 30
     python examples/onnx_generate.py onnx/ptb --int8 --prompt "the company said" --do_sample --temperature 0.8 \
         --top_k 50 --seed 0
 
-Needs onnxruntime, numpy and tokenizers only. Greedy decoding gives the tokens `model.generate(do_sample=False)`
-gives in PyTorch: the same step, the same suppressed tokens (generation_config.json's `suppress_tokens`, e.g.
-<unk>), and each row ends at its first end-of-sequence token. Sampling draws from numpy's generator (temperature,
+Needs onnxruntime, numpy and transformers' tokenizer side (it runs without PyTorch). A prompt is read by the folder's
+own tokenizer, as `pipeline("text-generation")` reads it, and nothing is put before it: each word the vocabulary lacks
+gets a placeholder id, which the exported step can copy, and the output writes the copied words back from the prompt's
+table (`BatchEncoding.oov_words`; one table per prompt, so a batch never mixes them up). The folder's tokenizer is
+remote code (exported beside the graph), so it is loaded with `trust_remote_code=True`.
+
+Greedy decoding gives the tokens `model.generate(do_sample=False)` gives in PyTorch, and the text that
+`pipeline("text-generation")` gives: the same step, the same suppressed tokens (generation_config.json's
+`suppress_tokens`, e.g. <unk>), the same end (generation_config.json's `eos_token_id`; the shipped folders name none,
+so only --max_new_tokens ends a sample, and an <eos> inside one is a line break), and the same text for the new tokens
+(the pipeline's: what decoding prompt + new adds to the prompt). Sampling draws from numpy's generator (temperature,
 then top-k), so its samples differ from PyTorch's for the same seed.
 """
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import ArgumentParser, check_ranges, describe_ranges  # noqa: E402
+
+RANGES = [  # checked by cli.check_ranges (a float must also be finite), one error line naming the flag
+    ("--max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("--temperature", lambda v: v > 0, "a number > 0"),
+    ("--top_k", lambda v: v >= 0, ">= 0 (0: off)"),
+    ("--seed", lambda v: v >= 0, ">= 0"),
+    ("--threads", lambda v: v >= 1, ">= 1"),
+]
 
 
 def session(path, threads: int = 1):
@@ -36,7 +57,7 @@ class OnnxPointerSentinel:
     """The exported decode step and its state, as numpy arrays: `prefill` a prompt, then `generate`."""
 
     def __init__(self, folder, int8: bool = False, threads: int = 1):
-        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer
 
         folder = Path(folder)
         path = folder / ("decode_step.int8.onnx" if int8 else "decode_step.onnx")
@@ -45,13 +66,36 @@ class OnnxPointerSentinel:
         self.session = session(path, threads)
         self.inputs = self.session.get_inputs()
         self.names = [i.name for i in self.inputs[1:]]
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.width = self.session.get_outputs()[0].shape[-1]  # V + the placeholders the graph scores
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True)
         config = folder / "generation_config.json"
         gen = json.loads(config.read_text()) if config.is_file() else {}
         eos = gen.get("eos_token_id")
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.pad = gen.get("pad_token_id", next(iter(self.eos), 0))
         self.suppress = list(gen.get("suppress_tokens") or [])
+
+    def encode(self, text: str) -> tuple[list[int], list[str]]:
+        """A prompt's ids and its table of out-of-vocabulary words (index k: the word of id V + k), as the pipeline
+        reads it; a placeholder the graph has no column for reads as <unk>, as the pipeline reads it."""
+        enc = self.tokenizer(text, add_special_tokens=False)
+        tables = getattr(enc, "oov_words", None)
+        unk = self.tokenizer.unk_token_id
+        ids = [unk if int(i) >= self.width else int(i) for i in enc["input_ids"]]
+        return ids, list(tables[0]) if tables else []
+
+    def text(self, prompt: str, prompt_ids: list[int], new: list[int], table: list[str]) -> str:
+        """The prompt and its continuation, as `pipeline("text-generation")` writes them: the continuation is what
+        decoding prompt + new adds to decoding the prompt (the text rules' joins come out as in running text), with
+        the prompt's table for the copied words; the run of end and padding tokens that closes it is dropped."""
+        ends = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        new = list(new)
+        while new and new[-1] in ends:
+            new.pop()
+        kw = {"oov_words": table} if table else {}
+        head, whole = self.tokenizer.decode(prompt_ids, **kw), self.tokenizer.decode(prompt_ids + new, **kw)
+        more = whole[len(head) :] if whole.startswith(head) else " " + self.tokenizer.decode(new, **kw)
+        return prompt + (more.removeprefix(" ") if prompt[-1:].isspace() else more)
 
     def empty_state(self, batch: int) -> list[np.ndarray]:
         """Zeros for every state input, the batch dimension set: the state before the first token."""
@@ -123,7 +167,7 @@ class OnnxPointerSentinel:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", help="a folder written by examples/export_onnx.py")
     p.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
     p.add_argument("--int8", action="store_true", help="use decode_step.int8.onnx")
@@ -133,23 +177,25 @@ def main(argv=None):
     p.add_argument("--top_k", type=int, default=0)
     p.add_argument("--seed", type=int)
     p.add_argument("--threads", type=int, default=1)
+    describe_ranges(p, RANGES)
     args = p.parse_args(argv)
-    if args.max_new_tokens < 1 or args.temperature <= 0 or args.top_k < 0 or args.threads < 1:
-        p.error("--max_new_tokens and --threads must be >= 1, --temperature > 0, --top_k >= 0")
+    check_ranges(p, args, RANGES)
+    if not Path(args.folder).is_dir():
+        p.error(f"{args.folder}: no such folder (give a folder written by examples/export_onnx.py)")
     try:
         lm = OnnxPointerSentinel(args.folder, args.int8, args.threads)
     except (FileNotFoundError, ImportError) as e:
         p.error(str(e))
-    # Every training line follows an end-of-sequence token: a prompt starts a line, as in examples/generate.py.
-    eos = min(lm.eos) if lm.eos else None
-    prompts = [lm.tokenizer.encode(text, add_special_tokens=False).ids for text in args.prompt]
-    prompts = [ids if eos is None or ids[:1] == [eos] else [eos, *ids] for ids in prompts]
-    for text, ids in zip(args.prompt, prompts, strict=True):
+    # The prompt as the pipeline reads it, nothing before it: the same prompt gives the same text through both (start
+    # it with a line break to start a line, as every training line does).
+    prompts = [lm.encode(text) for text in args.prompt]
+    for text, (ids, _) in zip(args.prompt, prompts, strict=True):
         if not ids:
             p.error(f"the prompt {text!r} has no tokens")
-    for text, new in zip(args.prompt, lm.generate(prompts, args.max_new_tokens, args.do_sample, args.temperature,
-                                                  args.top_k, args.seed), strict=True):  # fmt: skip
-        print((text.strip() + lm.tokenizer.decode(new, skip_special_tokens=True).rstrip()).strip())
+    new = lm.generate([ids for ids, _ in prompts], args.max_new_tokens, args.do_sample, args.temperature, args.top_k,
+                      args.seed)  # fmt: skip
+    for text, (ids, table), row in zip(args.prompt, prompts, new, strict=True):
+        print(lm.text(text, ids, row, table))
 
 
 if __name__ == "__main__":

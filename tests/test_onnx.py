@@ -1,5 +1,7 @@
 """examples/export_onnx.py and examples/onnx_generate.py: the exported decode step equals PyTorch's over 500 steps,
-the torch-free runner decodes the tokens generate() decodes, and int8 keeps the shipped model's perplexity."""
+also over text with placeholders for out-of-vocabulary words (config.oov_slots), the torch-free runner decodes the
+tokens generate() decodes and writes the text pipeline("text-generation") writes, copied words included, and int8
+keeps the shipped model's perplexity."""
 
 import json
 import lzma
@@ -27,6 +29,8 @@ VARIANTS = {
 }
 WORDS = "a b c d e f g h i j k l m n o p q r s t u".split()
 EOS, UNK = 21, 22
+N = 4  # the open variants' placeholders: ids 23 ... 26
+OPEN = {f"open_{name}": {**kw, "oov_slots": N, "unk_token_id": UNK} for name, kw in VARIANTS.items()}
 
 
 def saved_tiny(folder, **kw):
@@ -40,19 +44,27 @@ def saved_tiny(folder, **kw):
     return m, tok
 
 
+class Exports(dict):
+    """Each variant saved and exported (fp32 and int8) once for the module, when a test first asks for it."""
+
+    def __init__(self, tmp_path_factory):
+        super().__init__()
+        self.tmp = tmp_path_factory
+
+    def __missing__(self, name):
+        src, out = self.tmp.mktemp(f"{name}_model"), self.tmp.mktemp(f"{name}_onnx")
+        m, tok = saved_tiny(src, **{**VARIANTS, **OPEN}[name])
+        export_onnx.main([str(src), str(out), "--int8", "--check_steps", "500"])
+        self[name] = (m, tok, out)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    """Each variant saved and exported (fp32 and int8) once for the module."""
-    done = {}
-    for name, kw in VARIANTS.items():
-        src, out = tmp_path_factory.mktemp(f"{name}_model"), tmp_path_factory.mktemp(f"{name}_onnx")
-        m, tok = saved_tiny(src, **kw)
-        export_onnx.main([str(src), str(out), "--int8", "--check_steps", "500"])
-        done[name] = (m, tok, out)
-    return done
+    return Exports(tmp_path_factory)
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [*VARIANTS, *OPEN])
 def test_onnx_log_probs_match_pytorch_over_500_steps(exported, variant):
     m, _, out = exported[variant]
     report = json.loads((out / "export.json").read_text())
@@ -66,6 +78,41 @@ def test_onnx_log_probs_match_pytorch_over_500_steps(exported, variant):
         got, state = lm.step(ids[t].numpy(), state)
         want = want.logits[:, -1] if m.pointer is not None else torch.log_softmax(want.logits[:, -1], -1)
         np.testing.assert_allclose(got, want.detach().numpy(), atol=1e-5, rtol=1e-5)
+
+
+# Row 0 repeats placeholders 23 and 24 beside a literal <unk>; row 1 holds its own 25 and 23; both run past the window.
+OOV_SEQ = torch.tensor(
+    [[1, 23, 2, 24, UNK, 23, 5, 24, 1, 26, 25, 23, 7, 23], [EOS, 25, 2, 23, 25, 3, 24, 2, 23, 1, 1, 9, 25, 4]]
+)
+
+
+@pytest.mark.parametrize("variant", OPEN)
+def test_onnx_equals_forward_and_decode_step_over_text_with_placeholders(exported, variant):
+    """At every step of two rows holding placeholders, the graph's V + N scores (copies of placeholders, <unk>'s share
+    split between them and a new word) equal forward's mixture over the whole sequence and PyTorch's decode step; the
+    int8 graph scores the same entries, close to fp32."""
+    m, _, out = exported[variant]
+    with torch.no_grad():
+        want = m(OOV_SEQ).logits
+    want = want if m.pointer is not None else torch.log_softmax(want, -1)
+    graph, torch_state = export_onnx.DecodeStepGraph(m).eval(), export_onnx.empty_state(m, 2)
+    lm, lm8 = onnx_generate.OnnxPointerSentinel(out), onnx_generate.OnnxPointerSentinel(out, int8=True)
+    state, state8, worst8 = lm.empty_state(2), lm8.empty_state(2), 0.0
+    for t in range(OOV_SEQ.shape[1]):
+        ids = OOV_SEQ[:, t]
+        with torch.no_grad():
+            step, *torch_state = graph(ids, *torch_state)
+        got, state = lm.step(ids.numpy(), state)
+        got8, state8 = lm8.step(ids.numpy(), state8)
+        assert got.shape == (2, 23 + N)
+        np.testing.assert_allclose(got, want[:, t].numpy(), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(got, step.numpy(), atol=1e-5, rtol=1e-5)
+        finite = np.isfinite(got)
+        assert np.array_equal(np.isfinite(got8), finite)
+        worst8 = max(worst8, float(np.abs(got8[finite] - got[finite]).max()))
+    assert worst8 < 0.05
+    # the pointer copies the placeholders its window holds; the plain LSTM cannot, and gives them -inf
+    assert np.isfinite(got[:, 23:]).any(-1).tolist() == [m.pointer is not None] * 2
 
 
 @pytest.mark.parametrize("variant", ["sentinel", "adaptive", "plain"])
@@ -128,15 +175,19 @@ def test_sampling_runner_follows_its_seed_and_suppresses(exported):
     assert a == b and a != c and UNK not in a[0]
 
 
-def test_runner_needs_no_torch(exported):
-    _, _, out = exported["sentinel"]
+def run_without_torch(out, *args) -> subprocess.CompletedProcess:
+    """onnx_generate.main(out, args) in a fresh process where torch cannot be imported."""
     code = f"""
-        import sys; sys.modules["torch"] = None; sys.modules["transformers"] = None
+        import sys; sys.modules["torch"] = None
         sys.path.insert(0, {str(ROOT / "examples")!r})
         import onnx_generate
-        onnx_generate.main([{str(out)!r}, "--prompt", "a b c", "--max_new_tokens", "5", "--int8"])
+        onnx_generate.main({[str(out), *args]!r})
     """
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True)
+
+
+def test_runner_needs_no_torch(exported):
+    done = run_without_torch(exported["sentinel"][2], "--prompt", "a b c", "--max_new_tokens", "5", "--int8")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("a b c")
 
@@ -149,20 +200,30 @@ def test_runner_missing_int8_is_one_error(tmp_path, exported, capsys):
     assert e.value.code == 2 and "decode_step.int8.onnx is missing" in capsys.readouterr().err
 
 
-def test_int8_keeps_the_shipped_models_perplexity(tmp_path):
-    """The shipped WikiText-2 model on the first 4,000 tokens of the bundled test split: ONNX fp32 equals PyTorch,
-    int8 costs at most 1% and its file is at most a third of fp32's."""
-    folder = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
-    text = tmp_path / "test.txt"
+SHIPPED_WT2 = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
+
+
+@pytest.fixture(scope="module")
+def shipped_wt2(tmp_path_factory):
+    """The shipped WikiText-2 pointer model exported (fp32 and int8) and scored on the first 4,000 tokens of the
+    bundled test split."""
+    tmp = tmp_path_factory.mktemp("shipped_wt2")
+    text = tmp / "test.txt"
     bundled = ROOT / "modeling_pointer_sentinel" / "data" / "wikitext-2" / "wiki.test.tokens.xz"
     text.write_text(lzma.decompress(bundled.read_bytes()).decode())
-    export_onnx.main([str(folder), str(tmp_path / "onnx"), "--int8", "--check_steps", "20", "--test_file", str(text),
+    export_onnx.main([str(SHIPPED_WT2), str(tmp / "onnx"), "--int8", "--check_steps", "20", "--test_file", str(text),
                       "--max_tokens", "4000"])  # fmt: skip
-    report = json.loads((tmp_path / "onnx" / "export.json").read_text())
+    return tmp / "onnx"
+
+
+def test_int8_keeps_the_shipped_models_perplexity(shipped_wt2):
+    """The shipped WikiText-2 model on the first 4,000 tokens of the bundled test split: ONNX fp32 equals PyTorch,
+    int8 costs at most 1% and its file is at most a third of fp32's."""
+    report = json.loads((shipped_wt2 / "export.json").read_text())
     ppl = report["test_perplexity"]
     assert ppl["targets"] >= 3990
     assert abs(ppl["onnx_fp32"] / ppl["pytorch"] - 1) < 1e-5
     assert ppl["onnx_int8"] <= 1.01 * ppl["onnx_fp32"]
     assert report["file_bytes"]["onnx_int8"] * 3 <= report["file_bytes"]["onnx_fp32"]
-    reference = PointerSentinelForCausalLM.from_pretrained(folder)
+    reference = PointerSentinelForCausalLM.from_pretrained(SHIPPED_WT2)
     assert report["file_bytes"]["onnx_fp32"] < 1.02 * sum(p.numel() * 4 for p in reference.parameters())
