@@ -50,7 +50,7 @@ TEXT_RULES = ("wikitext", "ptb", "whitespace")  # tokenization.TEXT_RULES (a tes
 # the flag's --help; a flag left at None (not given) is not checked.
 POSITIVE_INTEGERS = """bptt stride per_device_train_batch_size per_device_eval_batch_size eval_bptt num_train_epochs
 max_train_steps gradient_accumulation_steps log_every checkpointing_steps checkpoints_total_limit eval_max_tokens
-num_threads patience nonmono ddp_timeout""".split()
+num_threads patience nonmono ddp_timeout unseen_word_max_count unseen_word_block""".split()
 RANGES = [
     *((f"--{name}", positive, "a positive integer") for name in POSITIVE_INTEGERS),
     ("--learning_rate", positive, "> 0"),
@@ -59,6 +59,7 @@ RANGES = [
     ("--lr_decay", lambda v: 0 < v <= 1, "in (0, 1] (1: no decay)"),
     ("--min_improvement", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("--max_unk_rate", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("--unseen_word_rate", lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
     ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
 ]
 
@@ -136,6 +137,11 @@ def parse_args(argv=None):
     a("--eval_bptt", type=int, default=200)
     a("--gradient_accumulation_steps", type=int, default=1)
     a("--seed", type=int, default=1111)
+    a("--unseen_word_rate", type=float, default=0.0, help="teach the pointer to copy words the vocabulary lacks: "
+      "in each --unseen_word_block tokens of the training split, each word seen at most --unseen_word_max_count "
+      "times plays an unseen word with this probability, as a placeholder (needs the model's oov_slots)")  # fmt: skip
+    a("--unseen_word_max_count", type=int, default=10)
+    a("--unseen_word_block", type=int, default=1000)
     a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="autocast dtype (bf16 on a GPU)")
     a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
     a(
@@ -269,6 +275,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     run_segment,
     segment_schedule,
     shard_streams,
+    simulate_unseen_words,
     suppress_unk_in_generation,
     unk_rate,
     unk_token_id,
@@ -285,7 +292,7 @@ def build_model(args, tokenizer):
     if args.model_name_or_path:
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
         model = load_or_fail("model", load, args.model_name_or_path)
-        if model.config.vocab_size != len(tokenizer):
+        if model.config.vocab_size != len(tokenizer) - getattr(tokenizer, "oov_slots", 0):  # words, not placeholders
             fail(
                 f"The tokenizer has {len(tokenizer)} words but {args.model_name_or_path} was trained with "
                 f"{model.config.vocab_size}; pass the model's own tokenizer."
@@ -634,6 +641,11 @@ def main(argv=None):
         check_frequency_order(ids["train"], cfg.adaptive_softmax_cutoffs, cfg.vocab_size)
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
+    if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
+        if cfg.oov_slots < 2:
+            fail("--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)")
+        ids["train"] = simulate_unseen_words(ids["train"], cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
+                                             args.unseen_word_max_count, args.unseen_word_block, args.seed)  # fmt: skip
     unk_id = unk_token_id(tokenizer)
     unk_rates = {split: unk_rate(t, unk_id) for split, t in ids.items()}
     accelerator.print("<unk> rate: " + " | ".join(f"{s} {r:.2%}" for s, r in unk_rates.items()))

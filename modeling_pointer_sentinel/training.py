@@ -140,6 +140,28 @@ def check_frequency_order(train_ids: torch.Tensor, cutoffs: list[int], vocab_siz
             )
 
 
+def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, rate: float, max_count: int = 10,
+                          block: int = 1000, seed: int = 0) -> torch.Tensor:  # fmt: skip
+    """Training text in which some rare words play words the vocabulary lacks, so the pointer learns to copy
+    placeholders (`config.oov_slots`). In each block of `block` tokens, each word seen at most `max_count` times in
+    `ids` is chosen with probability `rate` and written as one placeholder throughout the block, slots in order of
+    first occurrence, as the tokenizer numbers a text's unseen words. A block's slots follow the previous block's
+    (modulo oov_slots), so a window reaching back over a block boundary never holds one slot for two words; slots
+    are interchangeable to the model (each reads <unk>'s embedding), so the numbering is no mismatch."""
+    if not 0 <= rate <= 1 or block < 1 or oov_slots < 2:
+        raise ValueError(f"Need 0 <= rate <= 1, block >= 1 and oov_slots >= 2; got {rate}, {block} and {oov_slots}.")
+    rare = torch.bincount(ids, minlength=vocab_size) <= max_count
+    g, out, slot = torch.Generator().manual_seed(seed), ids.clone(), 0
+    for s in range(0, ids.numel(), block):
+        part = ids[s : s + block]
+        words = torch.tensor(list(dict.fromkeys(part[rare[part]].tolist())), dtype=ids.dtype)  # first occurrence order
+        chosen = words[torch.rand(words.numel(), generator=g) < rate][: oov_slots // 2]
+        for k, word in enumerate(chosen.tolist()):
+            out[s : s + block][part == word] = vocab_size + (slot + k) % oov_slots
+        slot = (slot + chosen.numel()) % oov_slots
+    return out
+
+
 def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
     so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each)."""

@@ -49,6 +49,27 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "simulated unseen words: every block starts at slot 0",
+        TR,
+        "slot = (slot + chosen.numel()) % oov_slots",
+        "slot = 0",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "simulated unseen words: frequent words too",
+        TR,
+        "rare = torch.bincount(ids, minlength=vocab_size) <= max_count",
+        "rare = torch.bincount(ids, minlength=vocab_size) >= 0",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "train.py: --unseen_word_rate ignored",
+        T,
+        "    if args.unseen_word_rate:  # the training split only",
+        "    if False:  # the training split only",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
         "unknown-penalised perplexity: <unk> not shared by its types",
         E,
         "log_p = outputs.log_probs.double() - is_unk.double() * math.log(k)",

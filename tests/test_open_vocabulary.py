@@ -2,6 +2,7 @@
 vocabulary. A placeholder reads `<unk>`'s embedding, the pointer copies it, and `<unk>`'s vocabulary share is split
 between the window's placeholders and a new word. Checked against the loop reference, and on every decode path."""
 
+import json
 import math
 
 import pytest
@@ -12,6 +13,7 @@ from test_fast_decode import DECODING, assert_same, run, steps_against_forward
 
 from modeling_pointer_sentinel import PointerSentinelConfig, pointer_mixture
 from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, sliding_window
+from modeling_pointer_sentinel.training import simulate_unseen_words
 
 V, N, UNK = 23, 4, 3  # tiny_model's vocabulary; placeholders are 23 ... 26
 OPEN = dict(oov_slots=N, unk_token_id=UNK)
@@ -173,3 +175,58 @@ def test_ids_beyond_the_placeholders_and_a_missing_unk_are_clear_errors():
         PointerSentinelConfig(vocab_size=23, oov_slots=4)
     with pytest.raises(ValueError, match="oov_slots must be >= 0"):
         PointerSentinelConfig(vocab_size=23, oov_slots=-1, unk_token_id=3)
+
+
+def test_simulated_unseen_words_are_consistent_per_block_and_never_share_a_slot_across_one():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.multinomial(1 / torch.arange(1, 41).double(), 3000, replacement=True, generator=g)  # Zipf-like, V=40
+    counts = torch.bincount(ids, minlength=40)
+    out = simulate_unseen_words(ids, 40, 8, rate=0.5, max_count=60, block=200, seed=1)
+    assert torch.equal(simulate_unseen_words(ids, 40, 8, rate=0.0, max_count=60, block=200), ids)
+    assert torch.equal(out, simulate_unseen_words(ids, 40, 8, rate=0.5, max_count=60, block=200, seed=1))
+    changed = out != ids
+    assert changed.any() and (counts[ids[changed]] <= 60).all()  # only rare words play unseen ones
+    assert ((out[changed] >= 40) & (out[changed] < 48)).all() and (out[~changed] < 40).all()
+    previous = set()
+    for s in range(0, 3000, 200):
+        a, b = ids[s : s + 200], out[s : s + 200]
+        pairs = {(int(x), int(y)) for x, y in zip(a, b, strict=True) if y >= 40}
+        assert len({x for x, _ in pairs}) == len(pairs) == len({y for _, y in pairs})  # one slot per word and block
+        for word, _ in pairs:  # every occurrence of a chosen word in its block, none left as itself
+            assert not (b[a == word] < 40).any()
+        slots = {y for _, y in pairs}
+        assert not slots & previous  # a window over the boundary never holds one slot for two words
+        previous = slots
+
+
+def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
+    """--unseen_word_rate rewrites the training split with placeholders; a model without oov_slots is refused with one
+    error line."""
+    from test_train import TINY, repeated_sentences, train_module
+
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
+    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
+    unk = tok.unk_token_id
+    for name, slots in (("open", 8), ("closed", 0)):
+        tiny_model(vocab_size=len(tok) - 8, oov_slots=slots, unk_token_id=unk, pointer_window=10).save_pretrained(
+            tmp_path / name
+        )
+        tok.save_pretrained(tmp_path / name)
+    train = train_module()
+
+    def run(name, *extra):
+        out = tmp_path / f"{name}{len(list(tmp_path.iterdir()))}"
+        args = ["--model_name_or_path", str(tmp_path / name), "--train_file", str(corpus / "train.txt"),
+                "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir", str(out),
+                "--max_train_steps", "3", "--log_every", "1", "--unseen_word_block", "50", *extra]  # fmt: skip
+        train.main(args)
+        return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+
+    plain, rewritten = run("open"), run("open", "--unseen_word_rate", "1", "--unseen_word_max_count", "1000")
+    losses = lambda rows: [r["train_loss"] for r in rows if "train_loss" in r]  # noqa: E731
+    assert losses(plain) != losses(rewritten)
+    with pytest.raises(SystemExit):
+        run("closed", "--unseen_word_rate", "0.5")
+    assert "--unseen_word_rate needs a model with oov_slots >= 2" in capsys.readouterr().err
