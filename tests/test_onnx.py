@@ -66,9 +66,11 @@ def exported(tmp_path_factory):
 
 @pytest.mark.parametrize("variant", [*VARIANTS, *OPEN])
 def test_onnx_log_probs_match_pytorch_over_500_steps(exported, variant):
-    m, _, out = exported[variant]
+    m, tok, out = exported[variant]
     report = json.loads((out / "export.json").read_text())
     assert report["parity"]["steps"] == 500 and report["parity"]["max_abs_log_prob_diff"] <= 1e-4
+    # the script's check reads placeholders where the model has them
+    assert any(i >= 23 for i in export_onnx.parity_prompt(m, tok)) == (variant in OPEN)
     # and independently of the script's own check: the step against the model's forward with its cache
     lm, cache = onnx_generate.OnnxPointerSentinel(out), None
     state, ids = lm.empty_state(2), torch.tensor([[3, 7], [9, 1], [4, 4], [5, 20]])

@@ -26,7 +26,7 @@ def open_tiny(folder):
     """A tiny model with N placeholders and the open-vocabulary tokenizer, saved as the shipped folders are (<unk>
     suppressed, no end token). The pointer made to dominate (q = tanh(b_q) for every input, a zero sentinel), so greedy
     decoding copies the window's most frequent word."""
-    tok = open_vocabulary(build_word_level_tokenizer([" ".join(WORDS)]), oov_slots=N)
+    tok = open_vocabulary(build_word_level_tokenizer([" ".join(WORDS)], text_rules="wikitext"), oov_slots=N)
     m = tiny_model(pointer_window=6, eos_token_id=EOS, pad_token_id=EOS, oov_slots=N, unk_token_id=UNK).eval()
     with torch.no_grad():
         m.pointer.sentinel.fill_(0.0)
@@ -64,7 +64,7 @@ def test_runner_writes_the_words_it_copies(open_exported):
     assert done.stdout.startswith(prompts[0] + " ") and "Zork" in done.stdout[len(prompts[0]) :]
 
 
-@pytest.mark.parametrize("prompt", ["Zork a Zork b Zork", "a b c. d e f."])
+@pytest.mark.parametrize("prompt", ["Zork a Zork b Zork", "a , b , c"])
 def test_runner_text_equals_pipeline_text(open_exported, prompt, capsys):
     """The same prompt gives the same greedy text through the runner's command line and pipeline("text-generation"):
     nothing put before the prompt, the copied words written, the new text joined as the pipeline joins it."""

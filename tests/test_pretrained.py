@@ -250,6 +250,8 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     record = json.loads((out / "eval_results.json").read_text())
     assert record["dtype"] == "float32" and record["test"]["batch_size"] == 10
     assert record["test_file"] == "test.txt" and str(tmp_path) not in json.dumps(record)
+    generation = json.loads((out / "generation_config.json").read_text())  # only the length ends generation
+    assert "eos_token_id" not in generation and "pad_token_id" not in generation
 
     client = check_loads_without_package(out, tmp_path, tmp_path / "test.txt")
     check_fixed_slice(out, client)
