@@ -94,3 +94,17 @@ def test_runner_text_equals_the_shipped_pipelines_text(shipped_wt2, prompt, caps
     onnx_generate.main([str(shipped_wt2), "--prompt", prompt, "--max_new_tokens", "12"])
     got = capsys.readouterr().out
     assert got == want + "\n" and got[len(prompt) :].strip() and "<unk>" not in got
+
+
+def test_runner_reads_placeholders_beyond_the_graphs_columns_as_unk(tmp_path):
+    """A tokenizer with more placeholders than the exported model has columns: the words beyond them read as <unk>
+    (as the pipeline reads them), so the graph never meets an id it has no column for."""
+    tok = open_vocabulary(build_word_level_tokenizer([" ".join(WORDS)], text_rules="wikitext"), oov_slots=N)
+    m = tiny_model(pointer_window=6, eos_token_id=EOS, oov_slots=2, unk_token_id=UNK).eval()
+    m.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    export_onnx.main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--check_steps", "5"])
+    lm = onnx_generate.OnnxPointerSentinel(tmp_path / "onnx")
+    ids, table = lm.encode("Zork Quux Blip a Blip")
+    assert ids == [23, 24, UNK, 0, UNK] and table == ["Zork", "Quux", "Blip"]
+    assert len(lm.generate([ids], 4)[0]) == 4
