@@ -5,7 +5,8 @@ r"""Export a saved Pointer Sentinel-LSTM's decode step to ONNX, check it against
 OUT gets decode_step.onnx (with --int8 also decode_step.int8.onnx), the tokenizer and configuration files, and
 export.json: the graph's inputs and outputs, the largest log-probability difference from PyTorch's decode step over
 --check_steps steps, the file sizes and, with --test_file, the test perplexity of PyTorch, ONNX Runtime fp32 and
-int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and tokenizers alone.
+int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and OUT's tokenizer
+(transformers without PyTorch).
 
 The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
