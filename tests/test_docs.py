@@ -1,0 +1,118 @@
+"""The docs' figures are the files' figures: every table of README.md, model_card.md and BENCHMARKS.md is read back
+from the results file it names, and the docs stay within their line limits."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = {"README.md": 250, "model_card.md": 300, "BENCHMARKS.md": 200}
+RUNS = {"ptb-pointer-sentinel-lstm-2x200": "ptb_sgd_pointer", "ptb-lstm-2x200": "ptb_sgd_plain",
+        "wt2-pointer-sentinel-lstm-2x200": "wt2_sgd_pointer", "wt2-lstm-2x200": "wt2_sgd_plain"}  # fmt: skip
+
+
+def read(name: str) -> str:
+    return (ROOT / name).read_text()
+
+
+def rows(text: str, first_cell: str) -> list[list[str]]:
+    """The cells of every table row whose first cell is `first_cell`."""
+    found = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first_cell:
+            found.append(cells)
+    return found
+
+
+def shipped(folder: str) -> dict:
+    """The figures of a shipped folder, formatted as the docs write them."""
+    record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
+    dynamic = json.loads((ROOT / "results" / "converged" / f"{RUNS[folder]}.dynamic.json").read_text())
+    upp = json.loads((ROOT / "results" / "open_vocabulary" / f"upp_{folder}.json").read_text())
+    assert dynamic["dynamic"]["static_ppl_batch_1"] == dynamic["ppl"] and dynamic["split"] == "test"
+    assert upp["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-6)  # UPP beside the card's own perplexity
+    f = lambda x: f"{x:.2f}"  # noqa: E731
+    return {"params": f"{record['params'] / 1e6:.2f}M", "valid": f(record["validation"]["ppl"]),
+            "test": f(record["test"]["ppl"]), "unk": f"{record['unk_rate']['test']:.2%}",
+            "batch1": [f(dynamic[k]) for k in ("ppl", "ppl_with_cache", "ppl_dynamic", "ppl_dynamic_with_cache")],
+            "upp": f(upp["upp"]["ppl"]), "oov_types": f"{upp['upp']['oov_types']:,}"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", DOCS)
+def test_docs_keep_their_line_limits(name):
+    assert len(read(name).splitlines()) <= DOCS[name], name
+
+
+@pytest.mark.parametrize("folder", RUNS)
+def test_readme_table_is_the_folders_and_the_runs_figures(folder):
+    """folder, params, valid, test (eval_results.json, batch 10), test at batch 1, + cache, + dynamic, + both
+    (the run's dynamic.json)."""
+    s = shipped(folder)
+    assert rows(read("README.md"), f"`{folder}`") == [[f"`{folder}`", s["params"], s["valid"], s["test"], *s["batch1"]]]
+
+
+@pytest.mark.parametrize("folder", RUNS)
+def test_model_card_tables_are_the_folders_and_the_runs_figures(folder):
+    s = shipped(folder)
+    card = read("model_card.md")
+    assert [r for r in rows(card, f"`{folder}`") if len(r) == 10] == [
+        [f"`{folder}`", s["params"], s["valid"], s["test"], s["unk"], *s["batch1"], s["upp"]]
+    ]
+    words = " ".join(card.split())
+    assert f"{s['oov_types']} on {'PTB' if folder.startswith('ptb') else 'WikiText-2'} test" in words
+
+
+def test_model_card_renamed_names_table_is_the_benchmarks_file():
+    results = json.loads((ROOT / "results" / "open_vocabulary" / "renamed_names_wt2.json").read_text())
+    card = read("model_card.md")
+    for r in results:
+        table = rows(card, f"`{r['model']}`")
+        for kind in ("real", "renamed"):
+            a, w = r[kind]["all"], r[kind]["in_window"]
+            cells = [f"`{r['model']}`", kind, f"{a['top1']:.1%}", f"{a['mean_log_p']:.2f}", f"{w['top1']:.1%}",
+                     f"{w['mean_log_p']:.2f}"]  # fmt: skip
+            assert cells in table, (cells, table)
+        assert f"{r['cases']:,} positions, {r['in_window']:,} with the previous occurrence" in " ".join(card.split())
+
+
+def test_benchmarks_tables_are_their_results_files():
+    """Each table of BENCHMARKS.md follows a `Source: FILE` line, and each of its rows is a row of that file."""
+    text = read("BENCHMARKS.md")
+    sources = re.findall(r"^Source: `([^`]+)`\n\n((?:\|.*\n)+)", text, re.M)
+    assert len(sources) >= 5
+    for path, table in sources:
+        lines = set((ROOT / path).read_text().splitlines())
+        missing = [row for row in table.splitlines() if row not in lines]
+        assert missing == [], (path, missing)
+    tables = re.findall(r"^\|.*\n\|---", text, re.M)
+    assert len(tables) == len(sources) + 1  # the ONNX table, its command beside it, is the only one without a file
+    assert "onnx/wt2/export.json" in text
+
+
+def test_readme_commands_are_the_ci_commands():
+    """The README's test command is what .ci/run runs, verbatim; its first command sets up and runs the demo."""
+    readme = read("README.md")
+    ci = [line for line in read(".ci/run").splitlines() if line.startswith("python3.11 -m venv")]
+    assert len(ci) == 1 and f"```bash\n{ci[0]}\n```" in readme
+    assert "```bash\npython3.11 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e . && " \
+           ".venv/bin/python examples/try_pretrained.py\n```" in readme  # fmt: skip
+
+
+@pytest.mark.parametrize("name", [*DOCS, "CHANGELOG.md", "results/converged/README.md"])
+def test_docs_hold_no_revision_hashes_or_developer_paths(name):
+    text = read(name)
+    assert "../shared" not in text and "/shared/" not in text
+    hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"\d", h) and re.search(r"[a-f]", h)]
+    assert hashes == [], hashes
+
+
+def test_the_removed_run_folders_are_named_nowhere_as_inputs():
+    """The exported runs' folders are gone: no test or example reads them, and the results README says how to
+    re-train."""
+    for run in RUNS.values():
+        assert not (ROOT / "results" / "converged" / run).exists()
+    assert "quality_runs.py --converge" in read("results/converged/README.md")
+    assert "/onnx/" in read(".gitignore").splitlines()
