@@ -411,18 +411,16 @@ def pointer_target_log_prob(
     window_ids: torch.Tensor,
     targets: torch.Tensor,
     placeholders: Placeholders | None = None,
-    vocab_unk_log_prob: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(2.6) log p(y) of the mixture and (2.5) log(g + sum_{x_i = y} a_i), for the targets alone (no vocabulary-
     sized tensor). Everything is in log space; the gradient stays finite when g -> 0 or y is absent from the window.
-    A placeholder target the window does not hold (a first occurrence) is a new word: it scores as `<unk>`, whose
-    log p_vocab is `vocab_unk_log_prob`.
+    With `placeholders`, a placeholder target's vocab_target_log_prob is `<unk>`'s, which the split reads; one the
+    window does not hold (a first occurrence) is a new word, so it scores as `<unk>`.
     """
     if placeholders is not None:
         V, _, unk = placeholders
         absent = (targets >= V) & ~(window_ids == targets.unsqueeze(-1)).any(-1)
         targets = torch.where(absent, unk, targets)
-        vocab_target_log_prob = torch.where(absent, vocab_unk_log_prob, vocab_target_log_prob)
     hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
     any_hit = hit.any(-1)
     # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
@@ -430,7 +428,8 @@ def pointer_target_log_prob(
     pointer = pointer.masked_fill(~any_hit, -torch.inf)
     vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
     if placeholders is not None:
-        has, log_new, log_grow = split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, V)
+        # at the targets that read them (<unk>, placeholders) log_new and log_grow see <unk>'s p_vocab
+        has, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, V)
         copy = targets >= V
         vocab = torch.where(copy, -torch.inf, torch.where(has & (targets == unk), log_new, vocab))
         pointer = torch.where(copy, pointer + log_grow, pointer)
@@ -792,20 +791,16 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         counted = shift_labels != -100
         if mask is not None:
             counted = counted & mask[:, at]
-        y, places, unk_lp = shift_labels.masked_fill(~counted, 0), Placeholders.of(self.config), None
+        y, places = shift_labels.masked_fill(~counted, 0), Placeholders.of(self.config)
         # p_vocab of a placeholder target is <unk>'s, for a new word (the copies are the pointer's)
         y_vocab = y if places is None else y.masked_fill(y >= places.first, places.unk)
         if isinstance(self.lm_head, AdaptiveSoftmax):  # (2.1) for the targets alone
             vocab_logits = vocab_log_probs = None
             vocab_lp = self.lm_head.target_log_prob(h[:, at], y_vocab)
-            # <unk>'s own log p_vocab splits only where a window holds a placeholder: on the CPU a free check
-            if places and pointer and (h.device.type != "cpu" or bool((pointer.window_ids >= places.first).any())):
-                unk_lp = self.lm_head.target_log_prob(h[:, at], torch.full_like(y, places.unk))
         else:
             vocab_logits = self.lm_head(h[:, at])
             vocab_log_probs = torch.log_softmax(_upcast(vocab_logits), -1)  # (2.1), the one pass over V
             vocab_lp = vocab_log_probs.gather(-1, y_vocab.unsqueeze(-1)).squeeze(-1)
-            unk_lp = vocab_log_probs[..., places.unk] if places else None
         n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
         vocab_target = torch.where(counted, vocab_lp.detach(), 0)
         if pointer is None:
@@ -813,7 +808,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
                          vocab_logits, vocab_log_probs)  # fmt: skip
         log_p, log_gate_or_hit = pointer_target_log_prob(
             vocab_lp, _upcast(pointer.log_gate[:, at]), _upcast(pointer.log_attention[:, at]),
-            pointer.window_ids[:, at], y, places, vocab_lp if unk_lp is None else unk_lp,
+            pointer.window_ids[:, at], y, places,
         )  # fmt: skip
         loss = -torch.where(counted, log_p, 0).sum() / n
         pointer_loss = -torch.where(counted, log_gate_or_hit, 0).sum() / n

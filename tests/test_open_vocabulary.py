@@ -154,10 +154,12 @@ def test_generation_copies_each_rows_own_placeholders(kw):
 
 
 def test_generate_scores_are_the_mixture_and_transition_scores_index_them():
+    """Two rows: transformers finds a row's scores at row * vocab_size, so a width other than V + N misreads row 1."""
     m = copying(model())
-    out = m.generate(BATCH[:1], max_new_tokens=5, do_sample=False, output_scores=True,
-                     return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
-    fwd = m(out.sequences[:, :-1]).logits[:, BATCH.shape[1] - 1 :]
+    out = m.generate(BATCH, attention_mask=MASK, max_new_tokens=5, do_sample=False, output_scores=True,
+                     return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)  # fmt: skip
+    mask = torch.cat([MASK, torch.ones(2, 5, dtype=MASK.dtype)], 1)
+    fwd = m(out.sequences[:, :-1], attention_mask=mask[:, :-1]).logits[:, BATCH.shape[1] - 1 :]
     torch.testing.assert_close(torch.stack(out.scores, 1), fwd, atol=1e-5, rtol=1e-5)
     steps = m.compute_transition_scores(out.sequences, out.scores)
     want = fwd.gather(-1, out.sequences[:, BATCH.shape[1] :, None])[..., 0]
