@@ -326,8 +326,7 @@ run: {run or "no results.json in the run folder"}. Recipe (model fields and trai
 {recipe}
 ```
 
-Exported with `{record["commands"]["export"]}`
-(revision {record["exported"]["revision"]}, {record["exported"]["date"]}).
+Exported with `{record["commands"]["export"]}`.
 
 ## Use
 
@@ -358,7 +357,10 @@ To score a long text, pass it whole or in chunks with `past_key_values` (the LST
 
 ## Limitations
 
-- Word-level, closed vocabulary: any word outside the {config.vocab_size:,} known ones is `<unk>`, and the input must
+- Word-level: a word outside the {config.vocab_size:,} known ones becomes a placeholder (one per distinct unseen
+  word of a text, up to `config.oov_slots`) that decoding writes back and the pointer can copy; these weights were
+  not fine-tuned to copy placeholders (`examples/train.py --unseen_word_rate`), so they rarely do. Perplexity
+  counts `<unk>` as a word (see the package's model card for the unknown-penalised perplexity). The input must
   be in the corpus's form. The tokenizer puts raw text into it ({
         "PTB's: lower case, numbers and `%` as `N`, `n't` split off, punctuation dropped but for the corpus's own "
         "`$`, `&`, `#` and `'`"

@@ -116,3 +116,20 @@ def test_the_removed_run_folders_are_named_nowhere_as_inputs():
         assert not (ROOT / "results" / "converged" / run).exists()
     assert "quality_runs.py --converge" in read("results/converged/README.md")
     assert "/onnx/" in read(".gitignore").splitlines()
+
+
+@pytest.mark.parametrize("folder", RUNS)
+def test_each_folders_card_is_the_export_template_of_its_record(folder):
+    """pretrained/*/README.md is what examples/export_pretrained.py's template writes for the folder's
+    eval_results.json: a change of the template reaches every card (regenerated, weights untouched)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from export_pretrained import model_card
+
+    from modeling_pointer_sentinel import PointerSentinelConfig
+
+    path = ROOT / "pretrained" / folder
+    record = json.loads((path / "eval_results.json").read_text())
+    config = PointerSentinelConfig.from_pretrained(path)
+    assert (path / "README.md").read_text() == model_card(record, config, "bsd-3-clause")
