@@ -77,7 +77,8 @@ def main(argv=None):
     prompt = args.prompt if args.prompt is not None else DATASETS[record["dataset"]]["prompt"]
     print(f"{record['model']}: {record['dataset_name']}, test perplexity {record['test']['ppl']:.2f} on its card")
     # Every training line follows an <eos> (the tokenizer's line break); from the zero state with none before it the
-    # PTB pointer model ends the line at once (p(<eos>) 0.85 after "the company said"), so the prompt starts a line.
+    # PTB pointer model ends the line at once (p(<eos>) 0.7579 after "the company said", 0.0001 after a line break;
+    # the README's command measures it), so the prompt starts a line.
     samples = generator("\n" + prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=40,
                         num_return_sequences=args.num_samples)  # fmt: skip
     for s in samples:
