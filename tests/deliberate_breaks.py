@@ -1827,8 +1827,8 @@ MUTS += [
     (
         "onnx runner: placeholders beyond the graph's columns reach it",
         OG,
-        "        ids = [unk if int(i) >= self.width else int(i) for i in enc[\"input_ids\"]]",
-        "        ids = [int(i) for i in enc[\"input_ids\"]]",
+        '        ids = [unk if int(i) >= self.width else int(i) for i in enc["input_ids"]]',
+        '        ids = [int(i) for i in enc["input_ids"]]',
         ["tests/test_onnx_text.py::test_runner_reads_placeholders_beyond_the_graphs_columns_as_unk"],
     ),
     (
@@ -2238,6 +2238,48 @@ MUTS += [
         'subprocess.Popen([sys.executable, "-c", WATCHDOG, str(os.getpid()), token, here])',
         'subprocess.Popen([sys.executable, "-c", "pass"])',
         [f"{TT}::test_a_launch_whose_test_process_is_killed_leaves_no_rank_behind"],
+    ),
+]
+DOCS = ["tests/test_docs.py"]
+MUTS += [
+    (
+        "docs: a shipped folder's test perplexity moves",
+        "pretrained/wt2-pointer-sentinel-lstm-2x200/eval_results.json",
+        '"ppl": 88.9831676809178,',
+        '"ppl": 88.9931676809178,',
+        DOCS,
+    ),
+    (
+        "docs: a batch-1 figure moves",
+        "results/converged/wt2_sgd_pointer.dynamic.json",
+        '"ppl_dynamic_with_cache": 64.44355003272572',
+        '"ppl_dynamic_with_cache": 64.54355003272572',
+        DOCS,
+    ),
+    (
+        "docs: a UPP figure moves",
+        "results/open_vocabulary/upp_ptb-lstm-2x200.json",
+        '"ppl": 146.3051399942124',
+        '"ppl": 147.3051399942124',
+        DOCS,
+    ),
+    (
+        "docs: a renamed-names figure moves",
+        "results/open_vocabulary/renamed_names_wt2.json",
+        '"top1": 0.016438734631855228',
+        '"top1": 0.026438734631855228',
+        DOCS,
+    ),
+    ("docs: a benchmark row moves", "benchmarks/results_adaptive_cpu.md", "| 6.393 |", "| 6.493 |", DOCS),
+    ("docs: the README past its line limit", "README.md", "## Citations\n", "## Citations\n" + "\n" * 20, DOCS),
+    ("docs: CI runs another test command than the README", ".ci/run", "pytest -q", "pytest -q -x", DOCS),
+    ("docs: the card template changes, the cards do not", EXPORT, "so they rarely do", "so they seldom do", DOCS),
+    (
+        "docs: a revision hash in the model card",
+        "model_card.md",
+        "## Limitations\n",
+        "## Limitations (6bba4e4)\n",
+        DOCS,
     ),
 ]
 # An entry is (name, file, code, broken code) and may end with the test files that guard it; the default is TESTS.
