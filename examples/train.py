@@ -476,8 +476,11 @@ def write_manifest(path: Path, manifest: dict):
     _fsync(path)
 
 
-def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None, run: dict):
-    """`run`: this run's identity, {"run_id", "own" (see tidy_checkpoints), "parent" (None unless a fork)}."""
+def save_checkpoint(
+    accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None, run: dict, layout: dict | None = None
+):
+    """`run`: this run's identity, {"run_id", "own" (see tidy_checkpoints), "parent" (None unless a fork)};
+    `layout`: the streams' layout and position (stream_layout), which the manifest records."""
     final = out_dir / f"step_{step}"
     tmp = incomplete_folder(out_dir, step, run["run_id"])
     if accelerator.is_main_process and tmp.exists():  # a kill's leftover
@@ -491,6 +494,7 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
         for path in files:
             _fsync(path)
         manifest = {"step": step, "run_id": run["run_id"], "files": {p.name: p.stat().st_size for p in files}}
+        manifest |= {"layout": layout} if layout else {}
         write_manifest(tmp / MANIFEST, manifest | ({"parent": run["parent"]} if run["parent"] else {}))
         if final.exists():  # this step saved before: whole until the new one takes its name
             replaced = final.with_name(f"{final.name}.{run['run_id']}.replaced")
@@ -501,6 +505,73 @@ def save_checkpoint(accelerator, out_dir: Path, step: int, cache, rank: int, kee
         _fsync(out_dir)
         tidy_checkpoints(out_dir, keep, run["own"], accelerator.print)
     accelerator.wait_for_everyone()
+
+
+# ---- elastic resume: a checkpoint's stream layout, and its streams re-sharded over another number of processes ----
+# W processes with batch B train W*B contiguous streams (training.shard_streams): global stream g is row g % B of rank
+# g // B's stream state (stream_state_<rank>.pt: recurrent state and pointer window). A launch of W' processes with
+# batch B' continues every stream exactly where it stopped when W'*B' = W*B and the evaluation streams' count is kept
+# too (it changes the validation perplexity, which the schedule compares with the saved ones): rank r' takes global
+# streams r'*B' .. (r'+1)*B'-1, the saved ranks' rows concatenated in rank order. Any other count cuts the corpus into
+# other streams, so it is refused with the flags that would resume it. The model, optimizer, averager, best weights
+# and counters are the main process's, the same for any world size. The RNG states are per rank (accelerate's
+# random_states_<rank>.pkl) and belong to the old ranks' streams: a resume on another world size reseeds every rank
+# from --seed and the step (device-specific), so it is reproducible; its dropout masks differ from an unbroken run's,
+# as they differ between any two world sizes.
+def stream_layout(W: int, B: int, E: int, tokens_per_stream: int, epoch: int, position: int) -> dict:
+    """`position`: the first target of the next segment, the same in every stream (they advance together)."""
+    return {"world_size": W, "per_device_train_batch_size": B, "per_device_eval_batch_size": E, "streams": W * B,
+            "eval_streams": W * E, "tokens_per_stream": tokens_per_stream, "epoch": epoch,
+            "stream_position": position}  # fmt: skip
+
+
+def layout_mismatch(resume: Path, saved: dict | None, W: int, B: int, E: int) -> str | None:
+    """Why a launch of W processes with batches B (training) and E (evaluation) cannot continue the streams of the
+    checkpoint `resume` whose manifest recorded the layout `saved` (None: before layouts were recorded); None when it
+    can."""
+    if saved is None:  # one stream state per rank, its batch unknown: only the same world size resumes it
+        saved_w = len(list(resume.glob("stream_state_*.pt")))
+        if saved_w == W:
+            return None
+        return f"{resume} was saved by {saved_w} process(es) and records no stream layout: resume it on {saved_w}"
+    streams, evals, was = saved["streams"], saved["eval_streams"], saved["world_size"]
+    if W * B == streams and W * E == evals:
+        return None
+    if streams % W == 0 and evals % W == 0:
+        how = f"--per_device_train_batch_size {streams // W} --per_device_eval_batch_size {evals // W}"
+    else:
+        how = (
+            f"a number of processes that divides {streams} and {evals} (as saved: {was}, with "
+            f"--per_device_train_batch_size {saved['per_device_train_batch_size']} "
+            f"--per_device_eval_batch_size {saved['per_device_eval_batch_size']})"
+        )
+    return (
+        f"{resume} holds {streams} training and {evals} evaluation streams ({was} process(es) x batch "
+        f"{saved['per_device_train_batch_size']} and {saved['per_device_eval_batch_size']}), this launch would make "
+        f"{W * B} and {W * E} ({W} x {B} and {E}), which would cut the corpus into other streams: resume with {how}"
+    )
+
+
+def resharded_stream_state(resume: Path, saved_batch: int, B: int, rank: int) -> dict:
+    """This rank's stream state (global streams rank*B .. rank*B+B-1) from a checkpoint whose ranks held saved_batch
+    streams each: the rows of the saved ranks that hold them, concatenated in rank order. Read on the CPU."""
+    first, last = rank * B, (rank + 1) * B
+    states = [
+        torch.load(resume / f"stream_state_{j}.pt", weights_only=False, map_location="cpu")
+        for j in range(first // saved_batch, (last - 1) // saved_batch + 1)
+    ]
+    skip = first % saved_batch  # rows of the first saved rank before this rank's first stream
+
+    def rows(parts):
+        return torch.cat(list(parts))[skip : skip + B]
+
+    merged = dict(states[0])  # seen_tokens, and None where the state is empty (an epoch's start): the same on all
+    for key, value in states[0].items():
+        if isinstance(value, torch.Tensor):
+            merged[key] = rows(s[key] for s in states)
+        elif isinstance(value, list):  # per layer
+            merged[key] = [rows(layer) for layer in zip(*(s[key] for s in states), strict=True)]
+    return merged
 
 
 class BestWeights:
@@ -625,6 +696,10 @@ def main(argv=None):
             "another --output_dir, or --overwrite_output_dir to delete them"
         )
     run = {"run_id": run_id, "own": own, "parent": parent}
+    B, E = args.per_device_train_batch_size, args.per_device_eval_batch_size
+    saved_layout = (read_manifest(Path(resume)) or {}).get("layout") if resume else None
+    if resume and (why := layout_mismatch(Path(resume), saved_layout, W, B, E)):
+        fail(why)
 
     # ---- data, tokenizer, model (all checks before any training) ----
     with accelerator.main_process_first():
@@ -681,6 +756,11 @@ def main(argv=None):
         )
     if train.shape[1] < 2 * args.bptt and args.scheme == "stateful":
         fail(f"Each of the {W * B} streams holds {train.shape[1]} tokens, less than 2 x bptt.")
+    if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:
+        fail(
+            f"{resume} was trained on {saved_layout['tokens_per_stream']} tokens per stream, this training data gives "
+            f"{train.shape[1]}: resume it with the training data (and --unseen_word_rate) it was trained with"
+        )
 
     if args.optimizer == "adamw":
         optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
@@ -713,8 +793,16 @@ def main(argv=None):
         accelerator.load_state(resume)
         # read on the CPU, then moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the
         # other way round. torch.load cannot map onto an indexed CPU device ("cpu:0", a gloo rank's device).
-        stream = torch.load(Path(resume) / f"stream_state_{rank}.pt", weights_only=False, map_location="cpu")
+        # Another world size takes the same streams in other shares (see stream_layout).
+        saved_batch = saved_layout["per_device_train_batch_size"] if saved_layout else B
+        stream = resharded_stream_state(Path(resume), saved_batch, B, rank)
         cache.load_state_dict(send_to_device(stream, accelerator.device))
+        if saved_layout and saved_layout["world_size"] != W:  # the saved RNG states were other ranks' (see above)
+            set_seed(args.seed + state.step, device_specific=True)
+            accelerator.print(
+                f"resumed the {W * B} streams of {saved_layout['world_size']} process(es) on {W}: each continues "
+                "where it stopped; the RNGs are reseeded from --seed and the step"
+            )
     if foreign and accelerator.is_main_process:  # --overwrite_output_dir, once the checkpoint resumed from is loaded
         for folder in foreign:
             shutil.rmtree(folder)
@@ -771,6 +859,10 @@ def main(argv=None):
             accelerator.set_trigger()
         return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()
 
+    def layout() -> dict:  # where the streams are, for a checkpoint's manifest
+        position = schedule[state.segment][0] if state.segment < len(schedule) else train.shape[1]
+        return stream_layout(W, B, E, train.shape[1], state.epoch, position)
+
     stop, epoch_segments, paused = False, 1, False
     model.train()
     while state.epoch < args.num_train_epochs and not stop:
@@ -817,7 +909,8 @@ def main(argv=None):
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 state.train_seconds = time_limit.elapsed()
-                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run)
+                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run,
+                                layout())  # fmt: skip
             out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
                 state.stopped = f"max_train_steps ({args.max_train_steps})"
@@ -873,7 +966,7 @@ def main(argv=None):
             break
     if paused:  # a checkpoint at the epoch end, and no results: the run is not over
         state.train_seconds = time_limit.elapsed()
-        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run)
+        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run, layout())
         saved = out_dir / f"step_{state.step}"
         accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
                           "with --resume_from_checkpoint latest")  # fmt: skip
