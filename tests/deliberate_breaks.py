@@ -384,13 +384,6 @@ MUTS = [
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
-        "loop: best weights copied without the average",
-        T,
-        "averager.swap()\n            best.keep()",
-        "best.keep()\n            averager.swap()",
-        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
-    ),
-    (
         "loop: average not saved without validation",
         T,
         "elif averager.active:",
@@ -1638,8 +1631,8 @@ MUTS = [
     (
         "no validation: NaN drives the schedule again",
         T,
-        '            continue\n        val = evaluate("validation")',
-        '            pass\n        val = evaluate("validation") if "validation" in evals else float("nan")',
+        '            continue\n        val, source, both = evaluate("validation"),',
+        '            pass\n        val, source, both = evaluate("validation") if "validation" in evals else float("nan"),',
         ["tests/test_train.py::test_without_validation_trains_to_the_epoch_limit_and_says_so"],
     ),
     (
@@ -2147,7 +2140,52 @@ MUTS += [
     ),
 ]
 CK = "tests/test_checkpoints.py"
+EL = "tests/test_elastic_resume.py"
+ELASTIC_RUNS = [f"{EL}::test_resumes_from_one_process_on_two_and_from_two_on_one_continue_every_stream"]
+ELASTIC_REFUSED = [f"{EL}::test_a_resume_that_would_cut_other_streams_is_one_error_line"]
 MUTS += [
+    (
+        "elastic: saved ranks' stream rows joined in reverse rank order",
+        T,
+        "return torch.cat(list(parts))[skip : skip + B]",
+        "return torch.cat(list(parts)[::-1])[skip : skip + B]",
+        ELASTIC_RUNS,
+    ),
+    (
+        "elastic: every rank takes the first saved rows",
+        T,
+        "skip = first % saved_batch",
+        "skip = 0",
+        ELASTIC_RUNS,
+    ),
+    (
+        "elastic: another global stream count resumed",
+        T,
+        "    if resume and (why := layout_mismatch(",
+        "    if False and (why := layout_mismatch(",
+        ELASTIC_REFUSED,
+    ),
+    (
+        "elastic: the evaluation streams' count not compared",
+        T,
+        "if W * B == streams and W * E == evals:",
+        "if W * B == streams:",
+        ELASTIC_REFUSED,
+    ),
+    (
+        "elastic: other training text resumed",
+        T,
+        'if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:',
+        "if False:",
+        ELASTIC_REFUSED,
+    ),
+    (
+        "elastic: a checkpoint without a layout resumed on another world size",
+        T,
+        "        if saved_w == W:",
+        "        if True:",
+        ELASTIC_REFUSED,
+    ),
     (
         "multi-rank resume: the stream state mapped onto the rank's device cpu:0",
         T,
