@@ -384,6 +384,13 @@ MUTS = [
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
+        "loop: best weights copied without the average",
+        T,
+        "            best.keep(source)",
+        "            best.keep()",
+        [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
+    ),
+    (
         "loop: average not saved without validation",
         T,
         "elif averager.active:",
