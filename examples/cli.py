@@ -34,6 +34,11 @@ def add_data_arguments(parser):
     a("--train_file", help="local plain text, one line per sentence or paragraph")
     a("--validation_file")
     a("--test_file")
+    a(
+        "--data_cache_dir",
+        help="where each split is kept tokenised, once per tokenizer and file version "
+        "(default: pointer_sentinel_tokens under the Hugging Face datasets cache; modeling_pointer_sentinel/data.py)",
+    )
 
 
 def positive(v) -> bool:
@@ -113,6 +118,31 @@ def load_splits(args) -> dict[str, list[str]]:
         )
     except (OSError, ValueError) as e:  # FileNotFoundError and the datasets library's not-found errors included
         fail(e)
+
+
+def load_sources(args) -> dict:
+    """`data.split_sources` from the data flags: each split's text to stream into the token cache; a missing or empty
+    file, or a dataset that cannot be loaded, fails."""
+    from modeling_pointer_sentinel.data import split_sources
+
+    try:
+        return split_sources(
+            args.dataset_name, args.dataset_config_name, args.train_file, args.validation_file, args.test_file
+        )
+    except (OSError, ValueError) as e:
+        fail(e)
+
+
+def cached_split_ids(args, tokenizer, sources: dict, progress: bool = True) -> tuple[dict, dict]:
+    """Each split's flat id stream (int64) from the token cache, prepared where missing, and each split's cache
+    metadata; an undecodable or empty file fails."""
+    from modeling_pointer_sentinel.data import load_ids, read_meta, token_file
+
+    try:
+        files = {s: token_file(tokenizer, src, args.data_cache_dir, progress) for s, src in sources.items()}
+    except ValueError as e:
+        fail(e)
+    return {s: load_ids(f) for s, f in files.items()}, {s: read_meta(f) for s, f in files.items()}
 
 
 def read_config(parser, argv) -> dict:

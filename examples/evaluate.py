@@ -26,12 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this s
 from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
+    cached_split_ids,
     check_local_path,
     check_ranges,
     describe_ranges,
     fail,
     load_saved_model,
-    load_splits,
+    load_sources,
     non_negative,
     positive,
 )
@@ -167,7 +168,7 @@ from modeling_pointer_sentinel.plotting import (  # noqa: E402
     pointer_picture_positions,
     pointer_window_picture,
 )
-from modeling_pointer_sentinel.training import encode_lines, shard_streams, unk_rate, unk_token_id  # noqa: E402
+from modeling_pointer_sentinel.training import shard_streams, unk_rate, unk_token_id  # noqa: E402
 
 
 def best_of(grid: list[dict], what: str) -> dict:
@@ -214,7 +215,7 @@ def main(argv=None):
     tok, model = load_saved_model(args.model)
     if args.compare and AutoConfig.from_pretrained(args.compare).vocab_size != model.config.vocab_size:
         fail("--compare needs a model with the same vocabulary.")
-    splits = load_splits(args)
+    splits = load_sources(args)  # each split's text, read through the token cache (data.py)
     if args.split not in splits:
         fail(f"no {args.split} split: give --{args.split}_file (or --dataset_name)")
     if args.cache_grid and "validation" not in splits:
@@ -225,8 +226,8 @@ def main(argv=None):
         fail("--dynamic_grid chooses the hyperparameters on the validation split: give --validation_file")
     if args.compare and "train" not in splits:
         fail("--compare needs the training split for word frequencies: give --train_file")
+    ids, _ = cached_split_ids(args, tok, splits)
     try:
-        ids = {s: encode_lines(tok, lines) for s, lines in splits.items()}
         streams_for(ids[args.split], args.batch_size, args.max_tokens)
     except ValueError as e:  # an empty split, or too few tokens for the streams
         fail(e)

@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this s
 from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
+    cached_split_ids,
     check_local_path,
     check_ranges,
     describe_ranges,
     fail,
     load_errors,
     load_or_fail,
-    load_splits,
+    load_sources,
     non_negative,
     positive,
     read_config,
@@ -262,13 +263,12 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
 
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel.data import cached_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
-from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     activation_penalty,
     check_frequency_order,
-    encode_lines,
     improves,
     make_segment,
     nt_asgd_triggered,
@@ -282,10 +282,13 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
 )
 
 
-def build_tokenizer(args, train_lines):
+def build_tokenizer(args, train_source):
     if args.tokenizer_name or args.model_name_or_path:
         return load_or_fail("tokenizer", AutoTokenizer.from_pretrained, args.tokenizer_name or args.model_name_or_path)
-    return build_word_level_tokenizer(train_lines, text_rules=args.text_rules)
+    try:  # built in one streaming pass, then read back from the cache
+        return cached_word_level_tokenizer(train_source, args.data_cache_dir, text_rules=args.text_rules)
+    except ValueError as e:  # an empty corpus
+        fail(e)
 
 
 def build_model(args, tokenizer):
@@ -702,17 +705,17 @@ def main(argv=None):
         fail(why)
 
     # ---- data, tokenizer, model (all checks before any training) ----
-    with accelerator.main_process_first():
-        splits = load_splits(args)
-    if "train" not in splits:
-        fail("no training split: give --train_file (or --dataset_name)")
-    if not any(line.strip() for line in splits["train"]):
+    with accelerator.main_process_first():  # rank 0 fills the token cache (data.py), the others then read it
+        sources = load_sources(args)
+        if "train" not in sources:
+            fail("no training split: give --train_file (or --dataset_name)")
+        tokenizer = build_tokenizer(args, sources["train"])
+        ids, metas = cached_split_ids(args, tokenizer, sources, progress=accelerator.is_main_process)
+    if not metas["train"]["words"]:
         fail("The training split is empty.")
-    tokenizer = build_tokenizer(args, splits["train"])
     model = build_model(args, tokenizer)
     cfg = model.config
     try:
-        ids = {split: encode_lines(tokenizer, lines) for split, lines in splits.items()}
         check_frequency_order(ids["train"], cfg.adaptive_softmax_cutoffs, cfg.vocab_size)
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)

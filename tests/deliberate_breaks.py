@@ -1501,8 +1501,8 @@ MUTS = [
     (
         "text rules: train.py ignores --text_rules",
         T,
-        "build_word_level_tokenizer(train_lines, text_rules=args.text_rules)",
-        "build_word_level_tokenizer(train_lines)",
+        "args.data_cache_dir, text_rules=args.text_rules",
+        "args.data_cache_dir",
         ["tests/test_train.py::test_text_rules_flag_builds_the_tokenizer_asked_for"],
     ),
     (
