@@ -1,0 +1,110 @@
+"""The token cache (modeling_pointer_sentinel/data.py) gives `encode_lines`' ids, id for id, and is read again only
+while the tokenizer and the text files are those it was prepared from."""
+
+import os
+
+import pytest
+import torch
+
+from modeling_pointer_sentinel import data
+from modeling_pointer_sentinel.data import (
+    TextSource,
+    TokenBlocks,
+    cached_ids,
+    cached_word_level_tokenizer,
+    split_sources,
+    token_file,
+)
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+from modeling_pointer_sentinel.training import encode_lines, group_lines, load_text_splits
+
+
+def assert_same_ids(files: dict, cache_dir):
+    """The streamed vocabulary is the one built from all lines, and each split's cached ids are encode_lines' ids."""
+    splits = load_text_splits(**files)
+    sources = split_sources(**files)
+    reference = build_word_level_tokenizer(splits["train"])
+    tok = cached_word_level_tokenizer(sources["train"], cache_dir)
+    assert tok.backend_tokenizer.to_str() == reference.backend_tokenizer.to_str()
+    again = cached_word_level_tokenizer(sources["train"], cache_dir)  # read back from the cache
+    assert again.backend_tokenizer.to_str() == reference.backend_tokenizer.to_str()
+    assert again.init_kwargs["text_rules"] == reference.init_kwargs["text_rules"]
+    for split, lines in splits.items():
+        assert torch.equal(cached_ids(tok, sources[split], cache_dir, progress=False), encode_lines(reference, lines))
+    return reference, splits, sources
+
+
+def test_bundled_wikitext2_ids_are_encode_lines_ids(tmp_path):
+    assert_same_ids({}, tmp_path)
+
+
+@pytest.mark.parametrize("corpus", ["ptb", "wikitext-2"])
+def test_shared_ptb_and_wikitext2_ids_are_encode_lines_ids(corpus, shared_data, tmp_path):
+    folder = shared_data / corpus
+    names = {"ptb": "ptb.{}.txt", "wikitext-2": "wiki.{}.tokens"}[corpus]
+    files = {f"{s}_file": str(folder / names.format(n)) for s, n in
+             [("train", "train"), ("validation", "valid"), ("test", "test")]}  # fmt: skip
+    assert_same_ids(files, tmp_path)
+
+
+ODD_LINES = (
+    "The company's 1,200 well-known don't -- U.S. 3.5 <unk>\r\n\r\n  spaced\tout  \rno\x1cbreak and\xa0nbsp\n"
+    "Mr. Smith's 12% 1/2 N shares\n\nlast line without a break"
+)
+
+
+@pytest.mark.parametrize("rules", ["wikitext", "ptb", "whitespace"])
+def test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids(rules, tmp_path, monkeypatch):
+    """\\r\\n and \\r cut lines as datasets' text loader does; words the rules split (several ids), whitespace other
+    than spaces and tabs, a last line without a break, and chunk ends inside lines and characters all keep the ids,
+    for the built tokenizer and for its open-vocabulary form."""
+    monkeypatch.setattr(data, "CHUNK_BYTES", 7)  # many chunk boundaries
+    path = tmp_path / "odd.txt"
+    path.write_bytes((ODD_LINES * 3 + "é ü 東京").encode())
+    lines = load_text_splits(train_file=str(path))["train"]
+    source = TextSource(path=str(path))
+    assert [line for batch in source.line_batches() for line in batch] == lines
+    train = build_word_level_tokenizer(lines[:3], text_rules=rules)  # later lines hold unseen words (<unk>)
+    assert data.word_local(train)
+    for tok in (train, open_vocabulary(train, 8)):
+        assert cached_ids(tok, source, tmp_path / "cache", progress=False).tolist() == encode_lines(tok, lines).tolist()
+
+
+def test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read(tmp_path):
+    path = tmp_path / "train.txt"
+    path.write_text("a b c\nb c\n")
+    source, cache = TextSource(path=str(path)), tmp_path / "cache"
+    tok = cached_word_level_tokenizer(source, cache, text_rules="whitespace")
+    first = token_file(tok, source, cache, progress=False)
+    written = first.stat().st_mtime_ns
+    assert token_file(tok, source, cache, progress=False) == first and first.stat().st_mtime_ns == written
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # same text, touched: prepared again
+    assert token_file(tok, source, cache, progress=False) != first
+    path.write_text("c c c d\n")  # new text, new vocabulary and new ids
+    tok2 = cached_word_level_tokenizer(source, cache, text_rules="whitespace")
+    assert tok2.get_vocab() != tok.get_vocab()
+    assert cached_ids(tok2, source, cache, progress=False).tolist() == encode_lines(tok2, ["c c c d"]).tolist()
+    other = build_word_level_tokenizer(["d c"], text_rules="whitespace")  # another tokenizer, the same file
+    assert cached_ids(other, source, cache, progress=False).tolist() == encode_lines(other, ["c c c d"]).tolist()
+    twin = tmp_path / "elsewhere"  # the same name in another folder is another source
+    twin.mkdir()
+    (twin / "train.txt").write_text("d d\n")
+    assert cached_ids(other, TextSource(path=str(twin / "train.txt")), cache, progress=False).tolist() == \
+        encode_lines(other, ["d d"]).tolist()  # fmt: skip
+
+
+def test_undecodable_file_names_the_file_and_the_byte(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"abc def\ncaf\xe9\n")
+    with pytest.raises(ValueError, match=r"latin1.txt: not utf-8 text near byte 11 "):
+        cached_ids(build_word_level_tokenizer(["a"]), TextSource(path=str(path)), tmp_path, progress=False)
+
+
+def test_token_blocks_are_group_lines_blocks(tmp_path):
+    lines = load_text_splits()["validation"]
+    tok = build_word_level_tokenizer(lines)
+    blocks = TokenBlocks(token_file(tok, split_sources()["validation"], tmp_path, progress=False), 128)
+    reference = group_lines(lines, tok, 128)
+    assert len(blocks) == len(reference)
+    for i in (0, 1, len(blocks) - 1):
+        assert blocks[i]["input_ids"].tolist() == reference[i]["input_ids"] == blocks[i]["labels"].tolist()
