@@ -60,6 +60,8 @@ RANGES = [
     ("--lr_decay", lambda v: 0 < v <= 1, "in (0, 1] (1: no decay)"),
     ("--min_improvement", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("--max_unk_rate", lambda v: 0 <= v <= 1, "in [0, 1]"),
+    ("--max_vocab_size", lambda v: v >= 2, "an integer >= 2 (<eos> and <unk> included)"),
+    ("--min_frequency", positive, "a positive integer"),
     ("--unseen_word_rate", lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
     ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
 ]
@@ -80,6 +82,20 @@ def parse_args(argv=None):
         help="how the built tokenizer reads raw text and writes it back: wikitext (punctuation and clitics split, "
         "@-@ @,@ @.@), ptb (lower case, numbers as N, punctuation dropped) or whitespace; auto: detected from the "
         "training words (default: %(default)s)",
+    )
+    a(
+        "--max_vocab_size",
+        type=int,
+        default=None,
+        help="the built tokenizer's most ids, <eos> and <unk> included: the rarest training words beyond it read as "
+        "<unk> (default: every training word)",
+    )
+    a(
+        "--min_frequency",
+        type=int,
+        default=None,
+        help="the built tokenizer leaves out training words seen fewer times, which read as <unk> (WikiText-103's "
+        "vocabulary: 3; default: every training word). Either cap raises the <unk> rate: see --max_unk_rate",
     )
     a(
         "--max_unk_rate",
@@ -206,6 +222,10 @@ def parse_args(argv=None):
             p.error(f"--resume_from_checkpoint {named} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
+    saved = "--tokenizer_name" if args.tokenizer_name else "--model_name_or_path" if args.model_name_or_path else None
+    for flag in ("max_vocab_size", "min_frequency"):  # else silently unused
+        if saved and getattr(args, flag) is not None:
+            p.error(f"--{flag} caps a tokenizer built from the training split, not the one {saved} names")
     # Last: the model's fields are those of its config class, whose import (torch, transformers) takes seconds.
     from modeling_pointer_sentinel import PointerSentinelConfig
 
@@ -285,8 +305,9 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
 def build_tokenizer(args, train_source):
     if args.tokenizer_name or args.model_name_or_path:
         return load_or_fail("tokenizer", AutoTokenizer.from_pretrained, args.tokenizer_name or args.model_name_or_path)
+    caps = {"max_vocab_size": args.max_vocab_size, "min_frequency": args.min_frequency or 1}
     try:  # built in one streaming pass, then read back from the cache
-        return cached_word_level_tokenizer(train_source, args.data_cache_dir, text_rules=args.text_rules)
+        return cached_word_level_tokenizer(train_source, args.data_cache_dir, text_rules=args.text_rules, **caps)
     except ValueError as e:  # an empty corpus
         fail(e)
 

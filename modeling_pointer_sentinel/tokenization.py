@@ -150,7 +150,7 @@ def add_text_rules(tokenizer: PreTrainedTokenizerFast, rules: str) -> PreTrained
 
 
 def build_word_level_tokenizer(
-    lines: Iterable[str], max_vocab_size: int | None = None, text_rules: str = "auto"
+    lines: Iterable[str], max_vocab_size: int | None = None, text_rules: str = "auto", min_frequency: int = 1
 ) -> PreTrainedTokenizerFast:
     """A WordLevel tokenizer over the whitespace tokens of `lines` plus `<eos>` (once per line) and `<unk>`.
 
@@ -159,17 +159,33 @@ def build_word_level_tokenizer(
     from generated text, and `<unk>` is an ordinary word in these corpora. `<eos>` doubles as the pad token (PTB and
     WikiText have no pad), and as bos so an empty prompt starts a sentence. Each line break of the text to encode
     (`\\n`, `\\r\\n`, `\\r`) becomes `<eos>`.
+
+    A cap for large corpora: words seen fewer than `min_frequency` times, and the rarest beyond `max_vocab_size` ids
+    (`<eos>` and `<unk>` included, always kept), are left out and so read as `<unk>`, which counts their occurrences
+    for its place in the frequency order (the adaptive softmax's clusters need the ids in the training text's order).
     """
+    if max_vocab_size is not None and max_vocab_size < 2 or min_frequency < 1:
+        raise ValueError(f"max_vocab_size must be >= 2 (<eos> and <unk>) and min_frequency >= 1, got "
+                         f"{max_vocab_size} and {min_frequency}.")  # fmt: skip
     counts = Counter()
     for line in lines:
         counts.update(line.split())
         counts[EOS] += 1
-    counts.setdefault(UNK, 0)
-    words = [w for w, _ in counts.most_common(max_vocab_size)]
-    if UNK not in words:  # capped vocabulary: keep <unk> for the words cut off
-        words[-1] = UNK
     if not counts[EOS]:
         raise ValueError("Cannot build a tokenizer from an empty corpus.")
+    counts.setdefault(UNK, 0)
+    ranked = counts.most_common()  # by count, ties by first appearance
+    if max_vocab_size is None and min_frequency == 1:
+        words = [w for w, _ in ranked]
+    else:
+        room, kept, cut = (max_vocab_size or len(ranked)) - 2, [], 0  # room for the words besides <eos> and <unk>
+        for w, n in ranked:
+            if w in (EOS, UNK) or (n >= min_frequency and len(kept) - (EOS in kept) - (UNK in kept) < room):
+                kept.append(w)
+            else:
+                cut += n
+        counts[UNK] += cut
+        words = sorted(kept, key=lambda w: -counts[w])  # stable: ties keep their order
     tk = Tokenizer(models.WordLevel(vocab={w: i for i, w in enumerate(words)}, unk_token=UNK))
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, padding_side="left"
