@@ -2331,6 +2331,60 @@ MUTS += [
 TESTS = ["tests/test_modeling.py", "tests/test_regularisers.py", "tests/test_hf_fit.py"]
 
 
+DATA, DC = "modeling_pointer_sentinel/data.py", "tests/test_data_cache.py"
+MUTS += [
+    (
+        "token cache: the key ignores a file's size and mtime (a changed file reads its old ids)",
+        DATA,
+        '"size": st.st_size, "mtime_ns": st.st_mtime_ns, ',
+        "",
+        [f"{DC}::test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read"],
+    ),
+    (
+        "token cache: the key ignores the tokenizer",
+        DATA,
+        '"tokenizer": tokenizer_key(tokenizer), ',
+        "",
+        [f"{DC}::test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read"],
+    ),
+    (
+        "token cache: the cached vocabulary ignores the training file",
+        DATA,
+        '"source": source.key(), "build": build_kwargs,',
+        '"build": build_kwargs,',
+        [f"{DC}::test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read"],
+    ),
+    (
+        "token cache: \\r\\n and \\r are not line breaks",
+        DATA,
+        "translate=True)",
+        "translate=False)",
+        [DC],
+    ),
+    (
+        "token cache: a last line without its line break is lost",
+        DATA,
+        "if text:  # a last line without its line break",
+        "if False:",
+        [DC],
+    ),
+    (
+        "token cache: words of several ids keep only their first",
+        DATA,
+        "if len(e.ids) == 1:",
+        "if len(e.ids) >= 1:",
+        [DC],
+    ),
+    (
+        "token cache: lines with whitespace beyond spaces and tabs split by Python's rule",
+        DATA,
+        'if ODD_SPACE.search("".join(lines)):',
+        "if False:",
+        [DC],
+    ),
+]
+
+
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *tests],
