@@ -49,6 +49,20 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "lm-eval: a new word scored as its empty placeholder column",
+        "examples/lm_eval_wikitext.py",
+        "    rows, cols = torch.nonzero((nxt >= V) & ~held, as_tuple=True)",
+        "    rows, cols = torch.nonzero((nxt >= V) & ~held & False, as_tuple=True)",
+        ["tests/test_lm_eval.py::test_lm_eval_scores_words_the_vocabulary_lacks_as_the_models_loss_does"],
+    ),
+    (
+        "lm-eval: the plain LSTM copies placeholders",
+        "examples/lm_eval_wikitext.py",
+        "if config.use_pointer else torch.zeros_like(nxt, dtype=torch.bool)",
+        "if True else torch.zeros_like(nxt, dtype=torch.bool)",
+        ["tests/test_lm_eval.py::test_lm_eval_scores_words_the_vocabulary_lacks_as_the_models_loss_does"],
+    ),
+    (
         "simulated unseen words: every block starts at slot 0",
         TR,
         "slot = (slot + chosen.numel()) % oov_slots",

@@ -42,9 +42,8 @@ def test_lm_evals_wikitext_task_runs_offline_and_agrees_with_the_model(monkeypat
     nll, n = 0.0, 0
     for doc in lm_eval_wikitext.articles()[:3]:
         ids = torch.tensor([[tok.eos_token_id, *tok(wikitext_detokenizer({"page": doc}))["input_ids"]]])
-        with torch.no_grad():
-            logits = model(ids[:, :-1]).logits
-        nll -= logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).sum().item()
+        with torch.no_grad():  # the model's own scoring: its loss (a word the vocabulary lacks included)
+            nll -= model(ids[:, :-1], shift_labels=ids[:, 1:]).target_log_probs.sum().item()
         n += ids.shape[1] - 1
     assert result["tokens_scored"] == n
     assert result["token_perplexity"] == pytest.approx(math.exp(nll / n), rel=1e-4)
@@ -60,3 +59,18 @@ def test_the_round_trip_counts_aligned_tokens_only():
     result = lm_eval_wikitext.roundtrip(tok, [doc])
     assert result["tokens"] == 8 and result["given_back"] == 1 / 8
     assert result["unk_rate"] == 0 and result["unk_rate_detokenised"] == 3 / 4
+
+
+@pytest.mark.parametrize("use_pointer", [True, False])
+def test_lm_eval_scores_words_the_vocabulary_lacks_as_the_models_loss_does(use_pointer):
+    """First occurrences, repeats inside the pointer's window and beyond it: lm-eval's gather of the next token from
+    the renamed distribution is forward's target log-probability, and the distribution stays normalised."""
+    from conftest import tiny_model
+
+    m = tiny_model(oov_slots=4, unk_token_id=3, pointer_window=4, use_pointer=use_pointer).eval()
+    ids = torch.tensor([[1, 23, 2, 23, 5, 24, 3, 6, 7, 8, 9, 23, 24, 25, 25]])  # 23 leaves the window, comes back
+    with torch.no_grad():  # lm-eval reads the positions of all but the last input, the targets from the inputs
+        out, logits = m(ids[:, :-1], shift_labels=ids[:, 1:]), m(ids).logits
+    log_p = lm_eval_wikitext.name_new_words(logits, ids, m.config)[:, :-1].log_softmax(-1)
+    torch.testing.assert_close(log_p.gather(-1, ids[:, 1:, None])[..., 0], out.target_log_probs)
+    torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(1, 14))
