@@ -2373,28 +2373,28 @@ MUTS += [
         DATA,
         "translate=True)",
         "translate=False)",
-        [DC],
+        [f"{DC}::test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids"],
     ),
     (
         "token cache: a last line without its line break is lost",
         DATA,
         "if text:  # a last line without its line break",
         "if False:",
-        [DC],
+        [f"{DC}::test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids"],
     ),
     (
         "token cache: words of several ids keep only their first",
         DATA,
         "if len(e.ids) == 1:",
         "if len(e.ids) >= 1:",
-        [DC],
+        [f"{DC}::test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids"],
     ),
     (
         "token cache: lines with whitespace beyond spaces and tabs split by Python's rule",
         DATA,
         'if ODD_SPACE.search("".join(lines)):',
         "if False:",
-        [DC],
+        [f"{DC}::test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids"],
     ),
 ]
 
