@@ -232,3 +232,17 @@ def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run("closed", "--unseen_word_rate", "0.5")
     assert "--unseen_word_rate needs a model with oov_slots >= 2" in capsys.readouterr().err
+
+
+def test_generate_stops_at_a_stop_string_given_the_tokenizer():
+    """generate(stop_strings=..., tokenizer=tok) as transformers documents it: the tokenizer reaches forward."""
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    tok = open_vocabulary(build_word_level_tokenizer(["a b c d e f", "b c a d", "f e d c b a"]), oov_slots=4)
+    m = tiny_model(vocab_size=tok.word_vocab_size, oov_slots=4, unk_token_id=tok.unk_token_id, pointer_window=6).eval()
+    prompt = tok("a b Zorg c Zorg", return_tensors="pt").input_ids
+    free = m.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
+    third = tok.decode(free[0, prompt.shape[1] + 2 : prompt.shape[1] + 3]).strip()
+    stopped = m.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None,
+                         stop_strings=[third], tokenizer=tok)  # fmt: skip
+    assert stopped.shape[1] <= prompt.shape[1] + 3 < free.shape[1]

@@ -691,7 +691,8 @@ def _reject_unsupported(kwargs: dict):
             "output_attentions is not supported: the model has no self-attention layers. The pointer's attention "
             "over its window is returned as `pointer_attention`."
         )
-    unknown = set(kwargs) - {"inputs_embeds", "output_attentions", "shift_labels", "num_items_in_batch"}
+    # generate hands its `tokenizer` (for stop strings) on to forward, as to every transformers model
+    unknown = set(kwargs) - {"inputs_embeds", "output_attentions", "shift_labels", "num_items_in_batch", "tokenizer"}
     if unknown:
         raise TypeError(f"forward() got unexpected keyword arguments {sorted(unknown)}.")
 
