@@ -75,18 +75,13 @@ import torch.nn.functional as F  # noqa: E402
 from transformers import set_seed  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
+from modeling_pointer_sentinel.pipeline_pointer_sentinel import continuation  # noqa: E402
 
 
 def until_eos(new: torch.Tensor, eos: int | None) -> torch.Tensor:
     """The generated tokens up to and including the first <eos>: what follows it is padding."""
     hits = (new == eos).nonzero()
     return new if eos is None or hits.numel() == 0 else new[: int(hits[0, 0]) + 1]
-
-
-def join_text(prompt: str, continuation: str) -> str:
-    """Prompt and decoded continuation put together: the word-level decoder starts every word with a space and joins
-    punctuation to the word before it."""
-    return (prompt.strip() + continuation.rstrip()).strip()
 
 
 def pointer_shares(model, seq: torch.Tensor, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -112,9 +107,10 @@ def main(argv=None):
     if args.show_gate and not model.config.use_pointer:
         fail(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
     # Every training line follows an <eos>: the prompt starts a line (from the zero state without one, the PTB pointer
-    # model ends the line at once, p(<eos>) 0.85 after "the company said").
-    prompt_ids = tok(args.prompt, add_special_tokens=False)["input_ids"]
-    eos = tok.eos_token_id
+    # model ends the line at once). Its words the vocabulary lacks are placeholders the pointer can copy.
+    enc = tok(args.prompt, add_special_tokens=False)
+    table = enc.oov_words[0] if getattr(enc, "oov_words", None) else None
+    prompt_ids, eos = enc["input_ids"], tok.eos_token_id
     ids = torch.tensor([prompt_ids if prompt_ids[:1] == [eos] else [eos, *prompt_ids]])
     out = model.generate(
         ids,
@@ -132,7 +128,8 @@ def main(argv=None):
     )
     for seq in out:
         new = until_eos(seq[ids.shape[1] :], tok.eos_token_id)
-        print(join_text(args.prompt, tok.decode(new, skip_special_tokens=True)))
+        text = continuation(tok, ids[0].tolist(), new.tolist(), table)  # as the folder's pipeline writes it
+        print(args.prompt + (text.removeprefix(" ") if args.prompt[-1:].isspace() else text).rstrip("\n"))
         if args.show_gate:
             gate, share = pointer_shares(model, seq, ids.shape[1], len(new))
             for word, g, s in zip(tok.convert_ids_to_tokens(new.tolist()), gate.tolist(), share.tolist(), strict=True):

@@ -212,17 +212,23 @@ def card_snippet() -> str:
 
 
 def test_model_card_snippet_runs_in_a_fresh_process_with_stdin_closed(tmp_path):
-    """No trust_remote_code prompt (it would block) and no model-type mismatch warning."""
-    tok = build_word_level_tokenizer(["The game was released in the game of the year"] * 3)
-    model = tiny_model(vocab_size=len(tok), eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
-                       bos_token_id=tok.eos_token_id)  # fmt: skip
+    """No trust_remote_code prompt (it would block) and no model-type mismatch warning, on a folder laid out as the
+    shipped ones (open-vocabulary tokenizer, the folder's own pipeline)."""
+    from modeling_pointer_sentinel.pipeline_pointer_sentinel import ship_pipeline
+    from modeling_pointer_sentinel.tokenization import open_vocabulary
+
+    tok = open_vocabulary(build_word_level_tokenizer(["The game was released in the game of the year"] * 3), 4)
+    model = tiny_model(vocab_size=tok.word_vocab_size, eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
+                       bos_token_id=tok.eos_token_id, oov_slots=4, unk_token_id=tok.unk_token_id)  # fmt: skip
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
+    ship_pipeline(tmp_path / "m")
     code = card_snippet().replace("path/to/model", str(tmp_path / "m"))
     out = run_fresh(code + "\nimport sys; print('STDERR-CHECK', file=sys.stderr)\nprint('DONE')\n", cwd=tmp_path,
                     with_stderr=True)  # fmt: skip
     assert "DONE" in out and "Do you wish to run the custom code" not in out, out
     assert "to instantiate a model of type" not in out, out
+    assert "The game" in out and "<oov-" not in out, out
 
 
 def test_generate_refuses_an_attention_mask_of_the_wrong_length():

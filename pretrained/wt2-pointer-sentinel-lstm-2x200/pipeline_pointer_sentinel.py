@@ -26,6 +26,17 @@ def _writes_words(tokenizer) -> bool:
     return hasattr(tokenizer, "oov_slots") and hasattr(tokenizer, "word_vocab_size")
 
 
+def continuation(tokenizer, prompt: list[int], new: list[int], table: list[str] | None) -> str:
+    """The text that `new` adds after `prompt`, as running text: what decode(prompt + new) adds to decode(prompt),
+    with the prompt's table of words the vocabulary lacks, so the text rules' joins (`'s`, `,`, a closing quote) and
+    the space before the continuation come out right."""
+    head = tokenizer.decode(prompt, oov_words=table)
+    whole = tokenizer.decode(prompt + new, oov_words=table)
+    if whole.startswith(head):
+        return whole[len(head) :]
+    return " " + tokenizer.decode(new, oov_words=table)  # a join that rewrote the prompt's text: continue it
+
+
 class PointerSentinelTextGenerationPipeline(TextGenerationPipeline):
     def preprocess(self, prompt_text, **kwargs):
         inputs = super().preprocess(prompt_text, **kwargs)
@@ -63,12 +74,7 @@ class PointerSentinelTextGenerationPipeline(TextGenerationPipeline):
             prompt, new = sequence[:n_prompt], sequence[n_prompt:]
             while skip and new and new[-1] in ends:
                 new.pop()
-            head = self.tokenizer.decode(prompt, oov_words=table)
-            whole = self.tokenizer.decode(prompt + new, oov_words=table)
-            if whole.startswith(head):
-                text = whole[len(head) :]
-            else:  # a join that rewrote the prompt's text: continue it with a space
-                text = " " + self.tokenizer.decode(new, oov_words=table)
+            text = continuation(self.tokenizer, prompt, new, table)
             if return_type == ReturnType.FULL_TEXT:
                 if prompt_text[-1:].isspace():
                     text = text.removeprefix(" ")
