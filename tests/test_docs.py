@@ -78,6 +78,14 @@ def test_model_card_renamed_names_table_is_the_benchmarks_file():
         assert f"{r['cases']:,} positions, {r['in_window']:,} with the previous occurrence" in " ".join(card.split())
 
 
+def test_model_card_lm_eval_table_is_its_results_file():
+    r = json.loads((ROOT / "results" / "open_vocabulary" / "lm_eval_wikitext_wt2.json").read_text())
+    per_token = f"{r['token_perplexity']:.2f} over {r['tokens_scored']:,} tokens"
+    cells = ["`wt2-pointer-sentinel-lstm-2x200`", str(r["articles"]), f"{r['words']:,}", f"{r['word_perplexity']:.2f}",
+             f"{r['byte_perplexity']:.4f}", per_token]  # fmt: skip
+    assert cells in rows(read("model_card.md"), "`wt2-pointer-sentinel-lstm-2x200`")
+
+
 def test_benchmarks_tables_are_their_results_files():
     """Each table of BENCHMARKS.md follows a `Source: FILE` line, and each of its rows is a row of that file."""
     text = read("BENCHMARKS.md")
