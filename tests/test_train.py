@@ -241,7 +241,8 @@ def test_adaptive_softmax_needs_ids_in_training_frequency_order(corpus, tmp_path
 
 SEGMENT_AND_BATCH = "bptt per_device_train_batch_size per_device_eval_batch_size eval_bptt stride".split()
 OTHER_COUNTS = """num_train_epochs max_train_steps log_every checkpointing_steps checkpoints_total_limit
-gradient_accumulation_steps eval_max_tokens num_threads nonmono patience ddp_timeout""".split()
+gradient_accumulation_steps eval_max_tokens num_threads nonmono patience ddp_timeout unseen_word_max_count
+unseen_word_block min_frequency""".split()
 BAD_NUMBERS = [  # (flag, value, what the message says): every numeric flag's range, as train.RANGES states it
     *((flag, v, "a positive integer") for flag in SEGMENT_AND_BATCH for v in ("0", "-1")),
     *((flag, "0", "a positive integer") for flag in OTHER_COUNTS),
@@ -257,6 +258,9 @@ BAD_NUMBERS = [  # (flag, value, what the message says): every numeric flag's ra
     ("max_unk_rate", "-0.5", "in [0, 1]"),
     ("max_unk_rate", "2", "in [0, 1]"),
     ("seed", "-1", "in [0, 2**31)"),
+    ("max_vocab_size", "1", "an integer >= 2"),
+    ("unseen_word_rate", "1.5", "in [0, 1]"),
+    ("unseen_word_rate", "-0.1", "in [0, 1]"),
 ]
 
 
