@@ -343,7 +343,7 @@ def split_sources(dataset_name=None, dataset_config_name=None, train_file=None, 
                   encoding: str = "utf-8") -> dict[str, TextSource]:  # fmt: skip
     """The splits `training.load_text_splits` reads, as sources to stream: a Hub dataset, the local files given,
     or the bundled WikiText-2."""
-    from .training import BUNDLED, SPLITS
+    from .training import SPLITS, split_files
 
     if dataset_name:
         import datasets
@@ -351,16 +351,5 @@ def split_sources(dataset_name=None, dataset_config_name=None, train_file=None, 
         ds = datasets.load_dataset(dataset_name, dataset_config_name)
         column = "text" if "text" in ds["train"].column_names else ds["train"].column_names[0]
         return {split: TextSource(dataset=ds[split], column=column) for split in SPLITS if split in ds}
-    if train_file or validation_file or test_file:
-        files = {"train": train_file, "validation": validation_file, "test": test_file}
-    else:
-        files = {
-            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
-        }
-    files = {k: v for k, v in files.items() if v}
-    for split, path in files.items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"The {split} file {path} does not exist.")
-        if Path(path).stat().st_size == 0:
-            raise ValueError(f"The {split} file {path} is empty.")
+    files = split_files(train_file, validation_file, test_file)
     return {split: TextSource(path=path, encoding=encoding) for split, path in files.items()}

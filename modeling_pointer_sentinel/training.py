@@ -22,6 +22,25 @@ BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
 SPLITS = ("train", "validation", "test")
 
 
+def split_files(train_file: str | None = None, validation_file: str | None = None,
+                test_file: str | None = None) -> dict[str, str]:  # fmt: skip
+    """Each split's text file: the local files given (only those splits: evaluation needs no train), or the bundled
+    WikiText-2 when none is; each must exist and hold something."""
+    if train_file or validation_file or test_file:
+        files = {"train": train_file, "validation": validation_file, "test": test_file}
+    else:
+        files = {
+            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
+        }
+    files = {k: v for k, v in files.items() if v}
+    for split, path in files.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"The {split} file {path} does not exist.")
+        if Path(path).stat().st_size == 0:
+            raise ValueError(f"The {split} file {path} is empty.")
+    return files
+
+
 def load_text_splits(
     dataset_name: str | None = None,
     dataset_config_name: str | None = None,
@@ -37,18 +56,7 @@ def load_text_splits(
         ds = datasets.load_dataset(dataset_name, dataset_config_name)
         column = "text" if "text" in ds["train"].column_names else ds["train"].column_names[0]
         return {split: ds[split][column] for split in SPLITS if split in ds}
-    if train_file or validation_file or test_file:  # local files: only the splits given (evaluation needs no train)
-        files = {"train": train_file, "validation": validation_file, "test": test_file}
-    else:
-        files = {
-            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
-        }
-    files = {k: v for k, v in files.items() if v}
-    for split, path in files.items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"The {split} file {path} does not exist.")
-        if Path(path).stat().st_size == 0:
-            raise ValueError(f"The {split} file {path} is empty.")
+    files = split_files(train_file, validation_file, test_file)
     ds = datasets.load_dataset("text", data_files=files, keep_linebreaks=False)
     return {split: ds[split]["text"] for split in files}
 
