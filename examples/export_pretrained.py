@@ -83,6 +83,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     suppress_unk_in_generation,
     unk_rate,
     unk_token_id,
+    word_count,
 )
 
 
@@ -127,8 +128,8 @@ def main(argv=None):
     run_dir, out_dir = Path(args.run_dir), Path(args.out_dir)
     info = DATASETS[args.dataset]
     tok, model = load_saved_model(str(run_dir))
-    if model.config.vocab_size != len(tok):
-        fail(f"{run_dir}: the tokenizer has {len(tok)} words but the model {model.config.vocab_size}")
+    if model.config.vocab_size != word_count(tok):
+        fail(f"{run_dir}: the tokenizer has {word_count(tok)} words but the model {model.config.vocab_size}")
     try:
         splits = load_text_splits(validation_file=args.validation_file, test_file=args.test_file)
     except (OSError, ValueError) as e:

@@ -299,6 +299,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     suppress_unk_in_generation,
     unk_rate,
     unk_token_id,
+    word_count,
 )
 
 
@@ -316,17 +317,19 @@ def build_model(args, tokenizer):
     if args.model_name_or_path:
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
         model = load_or_fail("model", load, args.model_name_or_path)
-        if model.config.vocab_size != len(tokenizer) - getattr(tokenizer, "oov_slots", 0):  # words, not placeholders
+        if model.config.vocab_size != word_count(tokenizer):
             fail(
-                f"The tokenizer has {len(tokenizer)} words but {args.model_name_or_path} was trained with "
+                f"The tokenizer has {word_count(tokenizer)} words but {args.model_name_or_path} was trained with "
                 f"{model.config.vocab_size}; pass the model's own tokenizer."
             )
         return model
     eos = tokenizer.eos_token_id
-    from_tokenizer = dict(vocab_size=len(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
+        from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
     if given := sorted(set(from_tokenizer) & set(args.model)):
-        fail(f"--config model: {', '.join(given)} come from the tokenizer ({len(tokenizer)} words, <eos> id {eos}); "
-             "leave them out")  # fmt: skip
+        fail(f"--config model: {', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id "
+             f"{eos}); leave them out")  # fmt: skip
     try:
         config = PointerSentinelConfig(**from_tokenizer, **args.model)
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types

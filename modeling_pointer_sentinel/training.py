@@ -110,6 +110,12 @@ def group_lines(data, tokenizer, block_size: int, text_column: str = "text"):
     return datasets.Dataset.from_dict({"input_ids": blocks, "labels": blocks.copy()})
 
 
+def word_count(tokenizer) -> int:
+    """The tokenizer's words: the model's vocab_size. An open-vocabulary tokenizer's placeholders come after them and
+    are the model's `oov_slots`, not words."""
+    return getattr(tokenizer, "word_vocab_size", len(tokenizer))
+
+
 def unk_token_id(tokenizer) -> int | None:
     """The id words outside the vocabulary map to: the declared unk token, else the tokenizer model's own (the
     word-level tokenizer keeps `<unk>` an ordinary word); None for tokenizers without one (byte-level BPE)."""

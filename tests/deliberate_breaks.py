@@ -49,6 +49,20 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "train.py: an open-vocabulary tokenizer's placeholders counted as words",
+        T,
+        "    from_tokenizer = dict(vocab_size=word_count(tokenizer), ",
+        "    from_tokenizer = dict(vocab_size=len(tokenizer), ",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "train.py: a model built from an open-vocabulary tokenizer gets no placeholders",
+        T,
+        '    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer',
+        "    if False:  # an open-vocabulary tokenizer",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
         "docs: the ONNX table apart from its results file",
         "benchmarks/results_onnx_cpu.md",
         "| 88.9832 / 88.9832 / 89.1827 |",

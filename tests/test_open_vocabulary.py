@@ -246,3 +246,21 @@ def test_generate_stops_at_a_stop_string_given_the_tokenizer():
     stopped = m.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None,
                          stop_strings=[third], tokenizer=tok)  # fmt: skip
     assert stopped.shape[1] <= prompt.shape[1] + 3 < free.shape[1]
+
+
+def test_a_model_built_from_an_open_vocabulary_tokenizer_has_its_words_and_its_placeholders(tmp_path):
+    """train.py --tokenizer_name of a shipped-style tokenizer: vocab_size is its words, not words + placeholders, and
+    the placeholders become the model's oov_slots (with <unk>'s id)."""
+    from test_train import TINY, repeated_sentences, train_module
+
+    from modeling_pointer_sentinel import PointerSentinelConfig
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    corpus = repeated_sentences(tmp_path, 5, 30, (4, 9), (120, 20, 20))
+    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
+    tok.save_pretrained(tmp_path / "tok")
+    out = tmp_path / "out"
+    train_module().main(["--tokenizer_name", str(tmp_path / "tok"), "--train_file", str(corpus / "train.txt"),
+                         "--config", str(TINY), "--output_dir", str(out), "--max_train_steps", "1"])  # fmt: skip
+    config = PointerSentinelConfig.from_pretrained(out)
+    assert (config.vocab_size, config.oov_slots, config.unk_token_id) == (tok.word_vocab_size, 8, tok.unk_token_id)
