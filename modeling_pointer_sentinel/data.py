@@ -38,9 +38,11 @@ from .tokenization import build_word_level_tokenizer, ends_lines_with_eos
 
 # Whitespace but space and tab: Python's str.split and the tokenizer's whitespace differ on some of it (\x1c-\x1f)
 ODD_SPACE = re.compile(r"[^\S \t]")
+ODD_BLOCK = re.compile(r"[^\S \t\n]")  # the same, in a block of lines
 
-FORMAT = 1
+FORMAT = 2  # 2: each id's count beside the ids (.counts.npy)
 CHUNK_BYTES = 1 << 22  # text read per step: constant memory, and batches big enough for the tokenizer's threads
+MIN_RANGE_BYTES = 1 << 24  # a worker's least share of a file (token_file's num_proc)
 TOKENIZATION_SOURCE = Path(__file__).resolve().parent / "tokenization.py"
 
 
@@ -75,7 +77,8 @@ class TextSource:
     def line_batches(self, desc: str | None = None) -> Iterator[list[str]]:
         """The lines, in batches (no line breaks), as `datasets`' text loader cuts them; a progress bar when `desc`."""
         if self.path:
-            yield from _file_line_batches(Path(self.path), self.encoding, desc)
+            for text in self.text_blocks(desc):
+                yield text.removesuffix("\n").split("\n")
             return
         n = self.dataset.num_rows
         with tqdm(total=n, desc=desc, unit="line", disable=desc is None) as bar:
@@ -83,22 +86,31 @@ class TextSource:
                 bar.update(len(batch[self.column]))
                 yield batch[self.column]
 
+    def text_blocks(self, desc: str | None = None, start: int = 0, end: int | None = None,
+                    progress=None) -> Iterator[str]:  # fmt: skip
+        """A file's text in blocks of whole lines, each line ending in "\n" (universal newlines), but the file's last
+        line when it has no line break; `start` and `end`: the bytes [start, end), cut after a "\n" byte."""
+        yield from _file_text_blocks(Path(self.path), self.encoding, desc, start, end, progress)
+
     def lines(self) -> Iterator[str]:
         for batch in self.line_batches():
             yield from batch
 
 
-def _file_line_batches(path: Path, encoding: str, desc: str | None) -> Iterator[list[str]]:
+def _file_text_blocks(path: Path, encoding: str, desc: str | None, start: int = 0, end: int | None = None,
+                      progress=None) -> Iterator[str]:  # fmt: skip
     # Universal newlines as Python's text files (and so `datasets`' text loader) read them: "\r\n" and "\r" are "\n".
     # Decoding by hand rather than through a text file gives the byte offset of undecodable text.
     decoder = io.IncrementalNewlineDecoder(codecs.getincrementaldecoder(encoding)(), translate=True)
     with open(path, "rb") as raw:
         stream = lzma.LZMAFile(raw) if path.suffix == ".xz" else raw
-        total = path.stat().st_size
+        total = path.stat().st_size if end is None else end - start
+        if start:
+            raw.seek(start)
         with tqdm(total=total, desc=desc, unit="B", unit_scale=True, disable=desc is None) as bar:
-            offset, rest = 0, ""
+            offset, rest, done = start, "", 0
             while True:
-                chunk = stream.read(CHUNK_BYTES)
+                chunk = stream.read(CHUNK_BYTES if end is None else min(CHUNK_BYTES, end - offset))
                 try:
                     text = rest + decoder.decode(chunk, final=not chunk)
                 except UnicodeDecodeError as e:
@@ -108,15 +120,19 @@ def _file_line_batches(path: Path, encoding: str, desc: str | None) -> Iterator[
                         "encoding or convert it"
                     ) from None
                 offset += len(chunk)
-                bar.update(raw.tell() - bar.n)
+                read = raw.tell() - start
+                bar.update(read - done)
+                if progress is not None:
+                    progress.value += read - done
+                done = read
                 if not chunk:
                     if text:  # a last line without its line break
-                        yield [text]
+                        yield text
                     return
-                lines = text.split("\n")
-                rest = lines.pop()  # the line still open at the chunk's end
-                if lines:
-                    yield lines
+                cut = text.rfind("\n") + 1
+                rest = text[cut:]  # the line still open at the chunk's end
+                if cut:
+                    yield text[:cut]
 
 
 def _digest(obj) -> str:
@@ -165,46 +181,194 @@ def cached_word_level_tokenizer(source: TextSource, cache_dir: Path | None = Non
     return tokenizer
 
 
-def token_file(tokenizer, source: TextSource, cache_dir: Path | None = None, progress: bool = True) -> Path:
+def default_workers() -> int:
+    """The cores this process may run on (its CPU affinity)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def token_file(tokenizer, source: TextSource, cache_dir: Path | None = None, progress: bool = True,
+               num_proc: int | None = None) -> Path:  # fmt: skip
     """The id file of `source` under `tokenizer` (prepared now if the cache lacks it): flat ids, uint16 when every id
-    fits, else uint32; its metadata (`.json`) holds the dtype, the token count and the key's parts."""
+    fits, else uint32; its metadata (`.json`) holds the dtype, the token count and the key's parts, and `.counts.npy`
+    each id's count (`token_counts`).
+
+    `num_proc` (default: the usable cores): a plain local file of an ASCII-compatible encoding is cut at line breaks
+    into that many byte ranges (at least `MIN_RANGE_BYTES` each), encoded by forked workers at once and joined in
+    order; the ids are those of one pass. One progress bar over the bytes of all workers."""
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     parts = {"format": FORMAT, "tokenizer": tokenizer_key(tokenizer), "source": source.key()}
     stem = f"{source.name}-{_digest(parts)}"
     bin_path, meta_path = cache_dir / f"{stem}.bin", cache_dir / f"{stem}.json"
-    if meta_path.is_file() and bin_path.is_file():
+    counts_path = cache_dir / f"{stem}.counts.npy"
+    if meta_path.is_file() and bin_path.is_file() and counts_path.is_file():
         meta = json.loads(meta_path.read_text())
         if bin_path.stat().st_size == meta["tokens"] * np.dtype(meta["dtype"]).itemsize:
             return bin_path
     cache_dir.mkdir(parents=True, exist_ok=True)
-    backend = tokenizer.backend_tokenizer
-    eos = tokenizer.eos_token_id
-    if eos is None:
+    if tokenizer.eos_token_id is None:
         raise ValueError("The tokenizer has no eos_token; the line-end token is needed.")
-    dtype = np.uint16 if backend.get_vocab_size(with_added_tokens=True) <= 2**16 else np.uint32
-    line_rule = ends_lines_with_eos(tokenizer)
-    words = WordMemo(tokenizer, dtype) if line_rule and word_local(tokenizer) else None
-    counts = {"tokens": 0, "lines": 0, "words": False}
+    dtype = np.uint16 if tokenizer.backend_tokenizer.get_vocab_size(with_added_tokens=True) <= 2**16 else np.uint32
+    encoder = _Encoder(tokenizer, dtype)
+    ranges = _byte_ranges(source, default_workers() if num_proc is None else num_proc)
+    desc = f"tokenising {source.name}" if progress else None
+    stats = {}
 
     def write(tmp: Path):
-        with open(tmp, "wb") as f:
-            desc = f"tokenising {source.name}" if progress else None
-            for lines in source.line_batches(desc=desc):
-                ids = words.encode(lines) if words else _encode_lines(backend, lines, line_rule, eos, dtype)
-                ids.tofile(f)
-                counts["tokens"] += ids.size
-                counts["lines"] += len(lines)
-                counts["words"] = counts["words"] or any(line.strip() for line in lines)
-            f.flush()
-            os.fsync(f.fileno())
+        if len(ranges) == 1:
+            stats.update(_encode_range(encoder, source, ranges[0], tmp, desc))
+        else:
+            stats.update(_encode_in_workers(encoder, source, ranges, tmp, desc))
 
     _replace_atomically(write, bin_path)
-    if not counts["lines"]:
+    if not stats["lines"]:
         bin_path.unlink()
         raise ValueError("The corpus is empty.")
-    meta = {**parts, "dtype": np.dtype(dtype).name, **counts}
+    counts = stats.pop("counts")
+
+    def write_counts(tmp: Path):
+        with open(tmp, "wb") as f:
+            np.save(f, counts)
+
+    _replace_atomically(write_counts, counts_path)
+    meta = {**parts, "dtype": np.dtype(dtype).name, **stats}
     _replace_atomically(lambda tmp: tmp.write_text(json.dumps(meta, indent=1)), meta_path)
     return bin_path
+
+
+class _Encoder:
+    """A split's ids, batch by batch: `training.encode_lines`' ids of the batch's lines."""
+
+    def __init__(self, tokenizer, dtype):
+        self.backend, self.eos, self.dtype = tokenizer.backend_tokenizer, tokenizer.eos_token_id, dtype
+        self.line_rule = ends_lines_with_eos(tokenizer)
+        self.words = WordMemo(tokenizer, dtype) if self.line_rule and word_local(tokenizer) else None
+        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+
+    def text(self, text: str) -> np.ndarray:
+        """Ids of a block of whole lines (`TextSource.text_blocks`)."""
+        if self.words:
+            return self.words.encode_text(text)
+        return self.lines(text.removesuffix("\n").split("\n"))
+
+    def lines(self, lines: list[str]) -> np.ndarray:
+        if self.words:
+            return self.words.encode(lines)
+        return _encode_lines(self.backend, lines, self.line_rule, self.eos, self.dtype)
+
+
+def _encode_range(encoder: _Encoder, source: TextSource, span: tuple, out: Path, desc: str | None,
+                  progress=None) -> dict:  # fmt: skip
+    """Writes the ids of `source`'s bytes [start, end) (a file; the whole of a dataset) to `out`; their counts."""
+    stats = {"tokens": 0, "lines": 0, "words": False, "counts": np.zeros(encoder.vocab_size, np.int64)}
+
+    def batches():
+        if source.path:
+            for text in source.text_blocks(desc, *span, progress):
+                yield encoder.text(text), text.count("\n") + (not text.endswith("\n")), not text.isspace()
+        else:
+            for lines in source.line_batches(desc=desc):
+                yield encoder.lines(lines), len(lines), any(line.strip() for line in lines)
+
+    with open(out, "wb") as f:
+        for ids, lines, words in batches():
+            ids.tofile(f)
+            stats["tokens"] += ids.size
+            stats["lines"] += lines
+            stats["words"] = stats["words"] or words
+            stats["counts"] += np.bincount(ids, minlength=encoder.vocab_size)
+        f.flush()
+        os.fsync(f.fileno())
+    return stats
+
+
+def _cuttable(encoding: str) -> bool:
+    """Whether a "\n" byte is a line break and the next byte starts a character (a range can start there)."""
+    name = codecs.lookup(encoding).name
+    return name in ("utf-8", "ascii", "latin-1") or name.startswith(("iso8859", "cp125"))
+
+
+def _byte_ranges(source: TextSource, workers: int) -> list[tuple[int, int | None]]:
+    """[start, end) byte ranges of a file, each ending after a "\n" byte (but the last), one per worker."""
+    if workers < 1:
+        raise ValueError(f"num_proc must be >= 1, got {workers}.")
+    if not source.path or source.path.endswith(".xz") or not _cuttable(source.encoding):
+        return [(0, None)]
+    size = Path(source.path).stat().st_size
+    workers = min(workers, max(1, size // MIN_RANGE_BYTES))
+    if workers == 1:
+        return [(0, None)]
+    cuts = [0]
+    with open(source.path, "rb") as f:
+        for k in range(1, workers):
+            f.seek(max(size * k // workers, cuts[-1]))
+            while (piece := f.read(1 << 16)) and (i := piece.find(b"\n")) < 0:
+                pass
+            cuts.append(size if not piece else f.tell() - len(piece) + i + 1)
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def _worker(i, encoder, source, span, out, progress, results):
+    try:
+        results.put((i, _encode_range(encoder, source, span, out, None, progress)))
+    except BaseException as e:  # noqa: BLE001 (handed to the parent, which raises it)
+        results.put((i, e))
+
+
+def _encode_in_workers(encoder: _Encoder, source: TextSource, ranges: list, out: Path, desc: str | None) -> dict:
+    """`_encode_range` of each byte range in a forked worker (range 0 into `out`, the others into parts appended to
+    it in order); a worker's error (an undecodable byte) is raised here as it was raised there."""
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("fork")  # the workers inherit the tokenizer: nothing to pickle or import
+    results, done = ctx.Queue(), [ctx.Value("q", 0, lock=False) for _ in ranges]
+    outs = [out] + [out.with_name(f"{out.name}.part{i}") for i in range(1, len(ranges))]
+    before = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread a worker (and no warning at the fork)
+    procs = [ctx.Process(target=_worker, args=(i, encoder, source, span, outs[i], done[i], results), daemon=True)
+             for i, span in enumerate(ranges)]  # fmt: skip
+    got = {}
+    try:
+        with tqdm(total=Path(source.path).stat().st_size, desc=desc, unit="B", unit_scale=True,
+                  disable=desc is None) as bar:  # fmt: skip
+            for p in procs:
+                p.start()
+            if before is None:
+                del os.environ["TOKENIZERS_PARALLELISM"]
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = before
+            while len(got) < len(procs):
+                try:
+                    i, result = results.get(timeout=0.5)
+                    got[i] = result
+                except queue.Empty:
+                    if lost := [i for i, p in enumerate(procs) if i not in got and p.exitcode not in (None, 0)]:
+                        code = procs[lost[0]].exitcode
+                        raise RuntimeError(f"token cache worker {lost[0]} died (exit {code})") from None
+                bar.update(sum(v.value for v in done) - bar.n)
+            bar.update(sum(v.value for v in done) - bar.n)
+        if errors := [got[i] for i in sorted(got) if isinstance(got[i], BaseException)]:
+            raise errors[0]
+        with open(out, "r+b") as f:  # not "ab": copy_file_range refuses a file opened to append
+            f.seek(0, os.SEEK_END)
+            for part in outs[1:]:
+                with open(part, "rb") as src:
+                    while os.copy_file_range(src.fileno(), f.fileno(), 1 << 30):
+                        pass
+                part.unlink()
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+            p.join()
+        for part in outs[1:]:
+            part.unlink(missing_ok=True)
+    stats = [got[i] for i in range(len(ranges))]
+    return {"tokens": sum(s["tokens"] for s in stats), "lines": sum(s["lines"] for s in stats),
+            "words": any(s["words"] for s in stats), "counts": sum(s["counts"] for s in stats)}  # fmt: skip
 
 
 def _encode_lines(backend, lines: list[str], line_rule: bool, eos: int, dtype) -> np.ndarray:
@@ -249,6 +413,30 @@ def word_local(tokenizer) -> bool:
     return all(ours[k] == theirs[k] for k in ("normalizer", "pre_tokenizer"))
 
 
+SKIP, SEVERAL, NEW = -1, -2, -3  # WordMemo's codes: no word (between two spaces), a word of none or several ids,
+# a word not encoded yet
+
+
+class _Codes(dict):
+    """word -> code; a word it lacks reads as NEW and is noted in `new` (one pass over a block's words at C speed)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.new: set[str] = set()
+
+    def __missing__(self, word: str) -> int:
+        self.new.add(word)
+        return NEW
+
+
+def _odd_space(text: str) -> bool:
+    """Whether `text` holds whitespace besides spaces, tabs and line breaks (an ASCII text: seven searches of one
+    character, each faster than one regex pass)."""
+    if text.isascii():
+        return any(c in text for c in "\x0b\x0c\r\x1c\x1d\x1e\x1f")
+    return ODD_BLOCK.search(text) is not None
+
+
 class WordMemo:
     """A `word_local` tokenizer's line ids from its words' ids, each distinct word encoded once through the backend
     (memory O(distinct words)). Lines with other whitespace than spaces and tabs go through the backend whole."""
@@ -257,15 +445,43 @@ class WordMemo:
         self.backend, self.eos, self.dtype = tokenizer.backend_tokenizer, tokenizer.eos_token_id, dtype
         self.single: dict[str, int] = {}  # words of one id
         self.multi: dict[str, list[int]] = {}  # words of none or several (`company's`, PTB's dropped `--`)
+        self.codes = _Codes({"": SKIP, "\n": self.eos})  # encode_text's pieces: an id, SKIP or SEVERAL
 
     def _learn(self, words: list[str]):
         for w, e in zip(words, self.backend.encode_batch_fast(words, add_special_tokens=False), strict=True):
             if len(e.ids) == 1:
-                self.single[w] = e.ids[0]
+                self.single[w] = self.codes[w] = e.ids[0]
             else:
-                self.multi[w] = e.ids
+                self.multi[w], self.codes[w] = e.ids, SEVERAL
+
+    def encode_text(self, text: str) -> np.ndarray:
+        """Ids of a block of whole lines, each ending in "\n" (the last may lack it), at C speed: the block cut at
+        spaces and tabs in one `str.split`, each piece looked up in one `map` (a line break is a piece: eos)."""
+        if not text.endswith("\n"):
+            text += "\n"  # the file's last line, encoded with its line break as encode_lines does
+        if _odd_space(text):
+            return self.encode(text[:-1].split("\n"))
+        if "\t" in text:
+            text = text.replace("\t", " ")
+        pieces = text.replace("\n", " \n ").split(" ")
+        codes = self.codes
+        ids = np.fromiter(map(codes.__getitem__, pieces), np.int64, len(pieces))
+        if codes.new:  # words not seen before (NEW): encode each once
+            self._learn(sorted(codes.new))
+            codes.new.clear()
+            new = np.flatnonzero(ids == NEW)
+            ids[new] = [codes[pieces[i]] for i in new.tolist()]
+        if self.multi and (several := np.flatnonzero(ids == SEVERAL)).size:
+            parts, start = [], 0
+            for i in several.tolist():
+                parts += [ids[start:i], np.array(self.multi[pieces[i]], np.int64)]
+                start = i + 1
+            ids = np.concatenate([*parts, ids[start:]])
+        return ids[ids != SKIP].astype(self.dtype)
 
     def encode(self, lines: list[str]) -> np.ndarray:
+        if not lines:
+            return np.empty(0, self.dtype)
         if ODD_SPACE.search("".join(lines)):
             return np.concatenate([self.encode([line]) if not ODD_SPACE.search(line)
                                    else _encode_lines(self.backend, [line], True, self.eos, self.dtype)
@@ -307,9 +523,17 @@ def token_array(bin_path: Path) -> np.memmap:
     return np.memmap(bin_path, dtype=read_meta(bin_path)["dtype"], mode="r")
 
 
-def cached_ids(tokenizer, source: TextSource, cache_dir: Path | None = None, progress: bool = True) -> torch.Tensor:
+def token_counts(bin_path: Path) -> np.ndarray:
+    """Each id's count in an id file (int64, one per id of the tokenizer, added tokens included): written with the
+    ids, so the frequency order and the <unk> rate of a split need no pass over it."""
+    bin_path = Path(bin_path)
+    return np.load(bin_path.with_name(bin_path.name.removesuffix(".bin") + ".counts.npy"))
+
+
+def cached_ids(tokenizer, source: TextSource, cache_dir: Path | None = None, progress: bool = True,
+               num_proc: int | None = None) -> torch.Tensor:  # fmt: skip
     """`encode_lines(tokenizer, lines of source)` through the cache: the flat int64 id stream."""
-    return load_ids(token_file(tokenizer, source, cache_dir, progress))
+    return load_ids(token_file(tokenizer, source, cache_dir, progress, num_proc))
 
 
 def load_ids(bin_path: Path) -> torch.Tensor:

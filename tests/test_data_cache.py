@@ -20,7 +20,8 @@ from modeling_pointer_sentinel.training import encode_lines, group_lines, load_t
 
 
 def assert_same_ids(files: dict, cache_dir):
-    """The streamed vocabulary is the one built from all lines, and each split's cached ids are encode_lines' ids."""
+    """The streamed vocabulary is the one built from all lines, and each split's cached ids are encode_lines' ids
+    (prepared by two workers where a file is at least twice MIN_RANGE_BYTES), with their counts."""
     splits = load_text_splits(**files)
     sources = split_sources(**files)
     reference = build_word_level_tokenizer(splits["train"])
@@ -30,7 +31,10 @@ def assert_same_ids(files: dict, cache_dir):
     assert again.backend_tokenizer.to_str() == reference.backend_tokenizer.to_str()
     assert again.init_kwargs["text_rules"] == reference.init_kwargs["text_rules"]
     for split, lines in splits.items():
-        assert torch.equal(cached_ids(tok, sources[split], cache_dir, progress=False), encode_lines(reference, lines))
+        ids = cached_ids(tok, sources[split], cache_dir, progress=False, num_proc=2)
+        assert torch.equal(ids, encode_lines(reference, lines))
+        counts = data.token_counts(token_file(tok, sources[split], cache_dir, progress=False))
+        assert counts.tolist() == torch.bincount(ids, minlength=len(tok)).tolist()
     return reference, splits, sources
 
 
@@ -39,7 +43,8 @@ def test_bundled_wikitext2_ids_are_encode_lines_ids(tmp_path):
 
 
 @pytest.mark.parametrize("corpus", ["ptb", "wikitext-2"])
-def test_shared_ptb_and_wikitext2_ids_are_encode_lines_ids(corpus, shared_data, tmp_path):
+def test_shared_ptb_and_wikitext2_ids_are_encode_lines_ids(corpus, shared_data, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 1 << 20)  # the training files (5 and 11 MB) in two workers' ranges
     folder = shared_data / corpus
     names = {"ptb": "ptb.{}.txt", "wikitext-2": "wiki.{}.tokens"}[corpus]
     files = {f"{s}_file": str(folder / names.format(n)) for s, n in
@@ -53,12 +58,14 @@ ODD_LINES = (
 )
 
 
+@pytest.mark.parametrize("num_proc", [1, 3])
 @pytest.mark.parametrize("rules", ["wikitext", "ptb", "whitespace"])
-def test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids(rules, tmp_path, monkeypatch):
+def test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids(rules, num_proc, tmp_path, monkeypatch):
     """\\r\\n and \\r cut lines as datasets' text loader does; words the rules split (several ids), whitespace other
     than spaces and tabs, a last line without a break, and chunk ends inside lines and characters all keep the ids,
-    for the built tokenizer and for its open-vocabulary form."""
+    for the built tokenizer and for its open-vocabulary form, in one pass or in three workers' byte ranges."""
     monkeypatch.setattr(data, "CHUNK_BYTES", 7)  # many chunk boundaries
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 16)
     path = tmp_path / "odd.txt"
     path.write_bytes((ODD_LINES * 3 + "é ü 東京").encode())
     lines = load_text_splits(train_file=str(path))["train"]
@@ -66,8 +73,11 @@ def test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids(rules,
     assert [line for batch in source.line_batches() for line in batch] == lines
     train = build_word_level_tokenizer(lines[:3], text_rules=rules)  # later lines hold unseen words (<unk>)
     assert data.word_local(train)
+    if num_proc > 1:
+        assert len(data._byte_ranges(source, num_proc)) == num_proc
     for tok in (train, open_vocabulary(train, 8)):
-        assert cached_ids(tok, source, tmp_path / "cache", progress=False).tolist() == encode_lines(tok, lines).tolist()
+        ids = cached_ids(tok, source, tmp_path / "cache", progress=False, num_proc=num_proc)
+        assert ids.tolist() == encode_lines(tok, lines).tolist()
 
 
 def test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read(tmp_path):
@@ -98,6 +108,32 @@ def test_undecodable_file_names_the_file_and_the_byte(tmp_path):
     path.write_bytes(b"abc def\ncaf\xe9\n")
     with pytest.raises(ValueError, match=r"latin1.txt: not utf-8 text near byte 11 "):
         cached_ids(build_word_level_tokenizer(["a"]), TextSource(path=str(path)), tmp_path, progress=False)
+
+
+def test_byte_ranges_end_after_line_breaks_and_cover_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 4)
+    path = tmp_path / "t.txt"
+    text = b"one two\r\nthree\n\nfour five six seven\rx\n" * 5 + b"last"
+    path.write_bytes(text)
+    ranges = data._byte_ranges(TextSource(path=str(path)), 4)
+    assert len(ranges) == 4 and ranges[0][0] == 0 and ranges[-1][1] == len(text)
+    assert all(a[1] == b[0] and text[a[1] - 1 : a[1]] == b"\n" for a, b in zip(ranges, ranges[1:], strict=False))
+    assert data._byte_ranges(TextSource(path=str(path)), 1) == [(0, None)]
+    assert data._byte_ranges(TextSource(path=str(path), encoding="utf-16"), 4) == [(0, None)]  # "\n" is no byte
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", len(text) // 2)  # no worker gets less than its least share
+    assert len(data._byte_ranges(TextSource(path=str(path)), 4)) == 2
+
+
+def test_a_workers_undecodable_byte_is_named_with_its_offset_in_the_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 16)
+    path = tmp_path / "latin1.txt"
+    good = b"abc def ghi\n" * 40
+    path.write_bytes(good + b"caf\xe9\n" + good)
+    assert len(data._byte_ranges(TextSource(path=str(path)), 3)) == 3
+    where = f"near byte {len(good) + 3:,} "
+    with pytest.raises(ValueError, match=rf"latin1.txt: not utf-8 text {where}"):
+        token_file(build_word_level_tokenizer(["a"]), TextSource(path=str(path)), tmp_path, progress=False, num_proc=3)
+    assert not list(tmp_path.glob("*.bin*"))  # no part or id file left
 
 
 def test_token_blocks_are_group_lines_blocks(tmp_path):
