@@ -39,6 +39,23 @@ def add_data_arguments(parser):
         help="where each split is kept tokenised, once per tokenizer and file version "
         "(default: pointer_sentinel_tokens under the Hugging Face datasets cache; modeling_pointer_sentinel/data.py)",
     )
+    a(
+        "--preprocessing_num_workers",
+        type=workers,
+        help="processes that tokenise a local file into the token cache at once, each a range of its lines "
+        "(default: the usable cores; a file gets at most one per 16 MiB)",
+    )
+
+
+def workers(value: str) -> int:
+    """--preprocessing_num_workers: a positive integer (argparse turns the error into one `error:` line)."""
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value!r}")
+    return n
 
 
 def positive(v) -> bool:
@@ -133,15 +150,24 @@ def load_sources(args) -> dict:
         fail(e)
 
 
+def cached_split_files(args, tokenizer, sources: dict, progress: bool = True) -> dict:
+    """Each split's id file in the token cache (data.token_file), prepared where missing; an undecodable or empty
+    file fails."""
+    from modeling_pointer_sentinel.data import token_file
+
+    workers = getattr(args, "preprocessing_num_workers", None)
+    try:
+        return {s: token_file(tokenizer, src, args.data_cache_dir, progress, workers) for s, src in sources.items()}
+    except ValueError as e:
+        fail(e)
+
+
 def cached_split_ids(args, tokenizer, sources: dict, progress: bool = True) -> tuple[dict, dict]:
     """Each split's flat id stream (int64) from the token cache, prepared where missing, and each split's cache
     metadata; an undecodable or empty file fails."""
-    from modeling_pointer_sentinel.data import load_ids, read_meta, token_file
+    from modeling_pointer_sentinel.data import load_ids, read_meta
 
-    try:
-        files = {s: token_file(tokenizer, src, args.data_cache_dir, progress) for s, src in sources.items()}
-    except ValueError as e:
-        fail(e)
+    files = cached_split_files(args, tokenizer, sources, progress)
     return {s: load_ids(f) for s, f in files.items()}, {s: read_meta(f) for s, f in files.items()}
 
 

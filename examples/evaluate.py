@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this s
 from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
-    cached_split_ids,
+    cached_split_files,
     check_local_path,
     check_ranges,
     describe_ranges,
@@ -148,6 +148,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
+from modeling_pointer_sentinel.data import SplitIds, token_array, token_counts  # noqa: E402
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
     bracketed_grid,
@@ -168,7 +169,7 @@ from modeling_pointer_sentinel.plotting import (  # noqa: E402
     pointer_picture_positions,
     pointer_window_picture,
 )
-from modeling_pointer_sentinel.training import shard_streams, unk_rate, unk_token_id  # noqa: E402
+from modeling_pointer_sentinel.training import shard_streams, unk_rate_of_counts, unk_token_id  # noqa: E402
 
 
 def best_of(grid: list[dict], what: str) -> dict:
@@ -226,20 +227,23 @@ def main(argv=None):
         fail("--dynamic_grid chooses the hyperparameters on the validation split: give --validation_file")
     if args.compare and "train" not in splits:
         fail("--compare needs the training split for word frequencies: give --train_file")
-    ids, _ = cached_split_ids(args, tok, splits)
+    files = cached_split_files(args, tok, splits)
+    mapped = {s: token_array(f) for s, f in files.items()}  # the streams read a batch at a time from these
+    ids = SplitIds(files)  # whole int64 splits, loaded only by the analyses that need them (--dynamic, --plots, ...)
     try:
-        streams_for(ids[args.split], args.batch_size, args.max_tokens)
+        streams_for(mapped[args.split], args.batch_size, args.max_tokens)
     except ValueError as e:  # an empty split, or too few tokens for the streams
         fail(e)
-    rate = unk_rate(ids[args.split], unk_token_id(tok))
+    rate = unk_rate_of_counts(token_counts(files[args.split]), unk_token_id(tok))
     if rate > 0.1:
         print(f"warning: {rate:.1%} of the {args.split} tokens are <unk>: is this the data the tokenizer was built "
               "for? (with no data flags the bundled WikiText-2 is used)", file=sys.stderr)  # fmt: skip
     need_hidden = args.cache or args.cache_grid
 
     def run(m, split):
-        streams = streams_for(ids[split], args.batch_size, args.max_tokens)
-        with tqdm(total=streams[:, 1:].numel(), desc=f"{split}", unit="tok") as bar:
+        streams = streams_for(mapped[split], args.batch_size, args.max_tokens)
+        rows, length = streams.shape
+        with tqdm(total=rows * (length - 1), desc=f"{split}", unit="tok") as bar:
             return collect_outputs(m, streams, args.bptt, keep_hidden=need_hidden, progress=bar)
 
     out = run(model, args.split)

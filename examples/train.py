@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this s
 from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
-    cached_split_ids,
+    cached_split_files,
     check_local_path,
     check_ranges,
     describe_ranges,
@@ -276,14 +276,20 @@ def incomplete(folder: Path) -> str | None:
 if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
     parse_args()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, send_to_device, set_seed  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402  (pipeline: imported where used, 2-4 s)
 
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
-from modeling_pointer_sentinel.data import cached_word_level_tokenizer  # noqa: E402
+from modeling_pointer_sentinel.data import (  # noqa: E402
+    cached_word_level_tokenizer,
+    read_meta,
+    token_array,
+    token_counts,
+)
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
@@ -297,7 +303,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     shard_streams,
     simulate_unseen_words,
     suppress_unk_in_generation,
-    unk_rate,
+    unk_rate_of_counts,
     unk_token_id,
     word_count,
 )
@@ -734,22 +740,28 @@ def main(argv=None):
         if "train" not in sources:
             fail("no training split: give --train_file (or --dataset_name)")
         tokenizer = build_tokenizer(args, sources["train"])
-        ids, metas = cached_split_ids(args, tokenizer, sources, progress=accelerator.is_main_process)
-    if not metas["train"]["words"]:
+        files = cached_split_files(args, tokenizer, sources, progress=accelerator.is_main_process)
+    # Memory maps of the cached ids (2 or 4 bytes a token on disk): the streams convert a batch at a time, and each
+    # id's count (written with the ids) gives the frequency order and the <unk> rates without a pass over them.
+    ids = {s: token_array(f) for s, f in files.items()}
+    counts = {s: token_counts(f) for s, f in files.items()}
+    if not read_meta(files["train"])["words"]:
         fail("The training split is empty.")
     model = build_model(args, tokenizer)
     cfg = model.config
     try:
-        check_frequency_order(ids["train"], cfg.adaptive_softmax_cutoffs, cfg.vocab_size)
+        check_frequency_order(None, cfg.adaptive_softmax_cutoffs, cfg.vocab_size, counts=counts["train"])
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
         if cfg.oov_slots < 2:
             fail("--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)")
-        ids["train"] = simulate_unseen_words(ids["train"], cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
+        flat = torch.from_numpy(ids["train"].astype(np.int64))  # in memory (int64): the simulation rewrites it
+        ids["train"] = simulate_unseen_words(flat, cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
                                              args.unseen_word_max_count, args.unseen_word_block, args.seed)  # fmt: skip
+        counts["train"] = torch.bincount(ids["train"]).numpy()
     unk_id = unk_token_id(tokenizer)
-    unk_rates = {split: unk_rate(t, unk_id) for split, t in ids.items()}
+    unk_rates = {split: unk_rate_of_counts(c, unk_id) for split, c in counts.items()}
     accelerator.print("<unk> rate: " + " | ".join(f"{s} {r:.2%}" for s, r in unk_rates.items()))
     if too_high := {s: r for s, r in unk_rates.items() if r > args.max_unk_rate}:
         fail(
@@ -865,7 +877,8 @@ def main(argv=None):
         model.eval()
         if not live:
             averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
-        bar = tqdm(total=evals[split][:, 1:].numel(), desc=split, unit="tok", leave=False,
+        rows, length = evals[split].shape
+        bar = tqdm(total=rows * (length - 1), desc=split, unit="tok", leave=False,
                    disable=not accelerator.is_local_main_process)  # fmt: skip
         outputs = collect_outputs(raw, evals[split], args.eval_bptt, progress=bar)
         nll, count = -outputs.log_probs.double().sum().item(), outputs.targets.numel()
@@ -1031,6 +1044,8 @@ def main(argv=None):
                    "stopped": state.stopped, "unk_rate": unk_rates}  # fmt: skip
         (out_dir / "results.json").write_text(json.dumps(summary, allow_nan=False))  # strict JSON: no NaN/Infinity
     if args.sample_prompt is not None and accelerator.is_main_process:
+        from transformers import pipeline
+
         generator = pipeline("text-generation", model=str(out_dir), tokenizer=str(out_dir), dtype=torch.float32)
         text = generator(args.sample_prompt, max_new_tokens=30, do_sample=True, top_k=40, temperature=0.8)
         print("sample:", text[0]["generated_text"])

@@ -26,7 +26,7 @@ import json
 import lzma
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -539,6 +539,54 @@ def cached_ids(tokenizer, source: TextSource, cache_dir: Path | None = None, pro
 def load_ids(bin_path: Path) -> torch.Tensor:
     """An id file as the int64 tensor `encode_lines` gives (8 bytes a token in memory, read in one pass)."""
     return torch.from_numpy(token_array(bin_path).astype(np.int64))
+
+
+class SplitIds(Mapping):
+    """Each split's flat int64 id stream (`load_ids`), read from its id file when first asked for: the analyses that
+    need a split whole (dynamic evaluation, pictures, word frequencies) load it, the others never do."""
+
+    def __init__(self, files: dict):
+        self.files, self.loaded = dict(files), {}
+
+    def __getitem__(self, split: str) -> torch.Tensor:
+        if split not in self.loaded:
+            self.loaded[split] = load_ids(self.files[split])
+        return self.loaded[split]
+
+    def __iter__(self):
+        return iter(self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+class TokenStreams:
+    """(rows, N) id streams over a memory map (`training.shard_streams` of `token_array`), read a batch at a time:
+    indexing gives the int64 tensor of just those ids (on `device`), so training and evaluation hold one segment of
+    the corpus in memory, not the corpus (8 bytes a token as int64)."""
+
+    def __init__(self, array: np.ndarray, device=None):
+        if array.ndim != 2:
+            raise ValueError(f"TokenStreams takes (rows, N) streams, got shape {array.shape}.")
+        self.array, self.device = array, device
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(self.array.shape)
+
+    def numel(self) -> int:
+        return self.array.size
+
+    def to(self, device) -> "TokenStreams":
+        return TokenStreams(self.array, device)
+
+    def __getitem__(self, index) -> torch.Tensor:
+        ids = torch.from_numpy(np.asarray(self.array[index]).astype(np.int64))
+        return ids if self.device is None else ids.to(self.device)
+
+    def tensor(self) -> torch.Tensor:
+        """All the streams as one int64 tensor (8 bytes a token)."""
+        return self[:, :]
 
 
 class TokenBlocks(torch.utils.data.Dataset):

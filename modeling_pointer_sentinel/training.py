@@ -139,10 +139,22 @@ def unk_rate(ids: torch.Tensor, unk_id: int | None) -> float:
     return 0.0 if unk_id is None or ids.numel() == 0 else (ids == unk_id).double().mean().item()
 
 
-def check_frequency_order(train_ids: torch.Tensor, cutoffs: list[int], vocab_size: int):
+def unk_rate_of_counts(counts, unk_id: int | None) -> float:
+    """`unk_rate` from each id's count in the stream (`data.token_counts`)."""
+    total = int(counts.sum())
+    return 0.0 if unk_id is None or total == 0 or unk_id >= len(counts) else int(counts[unk_id]) / total
+
+
+def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vocab_size: int, counts=None):
     """The adaptive softmax's clusters are id ranges, so ids must follow training frequency at the cutoffs: raise a
-    ValueError if a word after a cutoff occurs more often in `train_ids` than a word before it."""
-    counts = torch.bincount(train_ids, minlength=vocab_size)
+    ValueError if a word after a cutoff occurs more often in `train_ids` than a word before it. `counts`: each id's
+    count (`data.token_counts`) instead of the ids."""
+    if counts is None:
+        counts = torch.bincount(train_ids, minlength=vocab_size)
+    else:  # as bincount gives it: at least vocab_size entries, none past the largest id present
+        counts = torch.as_tensor(counts, dtype=torch.int64)
+        present = int(counts.nonzero().max()) + 1 if counts.any() else 0
+        counts = torch.nn.functional.pad(counts[: max(vocab_size, present)], (0, max(0, vocab_size - len(counts))))
     for c in cutoffs:
         before, after = counts[:c].min(), counts[c:].max()
         if after > before:
@@ -176,19 +188,28 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
     return out
 
 
-def shard_streams(ids: torch.Tensor, batch_size: int, num_processes: int = 1, process_index: int = 0) -> torch.Tensor:
+def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: int = 0):
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
-    so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each)."""
+    so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each).
+
+    `ids`: a flat int64 tensor (gives a tensor view), or a flat numpy array such as the token cache's memory map
+    (`data.token_array`; gives `data.TokenStreams`, which converts each batch as it is read)."""
     if batch_size < 1 or not 0 <= process_index < num_processes:
         raise ValueError(
             f"batch_size must be >= 1 and process_index in [0, num_processes), got {batch_size}, {process_index} "
             f"and {num_processes}."
         )
     total = batch_size * num_processes
-    n = ids.numel() // total
+    size = ids.numel() if torch.is_tensor(ids) else ids.size
+    n = size // total
     if n < 2:
-        raise ValueError(f"{ids.numel()} tokens cannot fill {total} streams of at least 2 tokens.")
-    return ids[: n * total].view(total, n)[process_index * batch_size : (process_index + 1) * batch_size]
+        raise ValueError(f"{size} tokens cannot fill {total} streams of at least 2 tokens.")
+    rows = slice(process_index * batch_size, (process_index + 1) * batch_size)
+    if torch.is_tensor(ids):
+        return ids[: n * total].view(total, n)[rows]
+    from .data import TokenStreams
+
+    return TokenStreams(ids[: n * total].reshape(total, n)[rows])
 
 
 def segment_schedule(

@@ -2,21 +2,33 @@
 while the tokenizer and the text files are those it was prepared from."""
 
 import os
+import sys
 
 import pytest
 import torch
+from conftest import ROOT
 
 from modeling_pointer_sentinel import data
 from modeling_pointer_sentinel.data import (
     TextSource,
     TokenBlocks,
+    TokenStreams,
     cached_ids,
     cached_word_level_tokenizer,
     split_sources,
     token_file,
 )
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
-from modeling_pointer_sentinel.training import encode_lines, group_lines, load_text_splits
+from modeling_pointer_sentinel.training import (
+    check_frequency_order,
+    encode_lines,
+    group_lines,
+    load_text_splits,
+    make_segment,
+    shard_streams,
+    unk_rate,
+    unk_rate_of_counts,
+)
 
 
 def assert_same_ids(files: dict, cache_dir):
@@ -144,3 +156,71 @@ def test_token_blocks_are_group_lines_blocks(tmp_path):
     assert len(blocks) == len(reference)
     for i in (0, 1, len(blocks) - 1):
         assert blocks[i]["input_ids"].tolist() == reference[i]["input_ids"] == blocks[i]["labels"].tolist()
+
+
+def test_streams_of_the_memory_map_are_the_tensor_streams_a_batch_at_a_time(tmp_path):
+    """shard_streams of the id file's memory map gives TokenStreams: each slice is the int64 tensor the flat
+    tensor's streams give (every rank's share, both schemes' segments); the counts give encode_lines' frequency
+    order check and <unk> rate."""
+    lines = load_text_splits()["validation"]
+    tok = build_word_level_tokenizer(lines)
+    path = token_file(tok, split_sources()["validation"], tmp_path, progress=False)
+    flat = encode_lines(tok, lines)
+    for world, batch in ((1, 3), (2, 2)):
+        for rank in range(world):
+            mapped = shard_streams(data.token_array(path), batch, world, rank)
+            reference = shard_streams(flat, batch, world, rank)
+            assert isinstance(mapped, TokenStreams) and mapped.shape == reference.shape
+            assert mapped[:, 5:17].dtype == torch.int64 and torch.equal(mapped[:, 5:17], reference[:, 5:17])
+            for scheme in ("stateful", "window"):
+                a, b = (make_segment(s, 40, 7, scheme, 8, 7) for s in (mapped, reference))
+                assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.shift_labels, b.shift_labels)
+    counts = data.token_counts(path)
+    unk = tok.convert_tokens_to_ids("<unk>")
+    assert unk_rate_of_counts(counts, unk) == pytest.approx(unk_rate(flat, unk))
+    ranked = len(tok) // 2
+    check_frequency_order(None, [ranked], len(tok), counts=counts)  # built from these lines: in order
+    swapped = counts.copy()
+    swapped[[1, ranked + 1]] = swapped[[ranked + 1, 1]]
+    with pytest.raises(ValueError, match="frequency order"):
+        check_frequency_order(None, [ranked], len(tok), counts=swapped)
+
+
+def test_train_and_evaluate_convert_one_batch_at_a_time(tmp_path, monkeypatch):
+    """examples/train.py and examples/evaluate.py read their streams from the token cache's memory map: no split is
+    loaded whole (load_ids), and no read converts more than a batch of segments."""
+    from conftest import evaluate_script
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train
+
+    lines = [" ".join(f"w{(i * 7 + j * 3) % 50}" for j in range(3 + i % 9)) for i in range(1500)]
+    for split, part in (("train", lines), ("valid", lines[:200]), ("test", lines[200:400])):
+        (tmp_path / f"{split}.txt").write_text("\n".join(part) + "\n")
+    files = [f"--{s}_file={tmp_path / n}.txt" for s, n in (("train", "train"), ("validation", "valid"),
+                                                           ("test", "test"))]  # fmt: skip
+    files.append(f"--data_cache_dir={tmp_path / 'cache'}")
+
+    def whole(*_):
+        raise AssertionError("a split was loaded whole")
+
+    sizes, streams = [], set()  # each read's size, and the streams read from (rows x length)
+    read = TokenStreams.__getitem__
+
+    def counted(self, index):
+        ids = read(self, index)
+        sizes.append(ids.numel())
+        streams.add(self.numel())
+        return ids
+
+    monkeypatch.setattr(data, "load_ids", whole)
+    monkeypatch.setattr(TokenStreams, "__getitem__", counted)
+    out = tmp_path / "out"
+    train.main([*files, "--config", str(ROOT / "examples/configs/tiny_test.json"), "--output_dir", str(out),
+                "--max_train_steps", "4", "--eval_bptt", "50", "--per_device_eval_batch_size", "2"])  # fmt: skip
+    train_tokens = sum(len(line.split()) + 1 for line in lines)
+    assert max(streams) > train_tokens - 2  # the training streams (2 of them, less the odd token) were among them
+    assert len(sizes) > 8 and max(sizes) <= 2 * 50
+    sizes.clear()
+    results = evaluate_script()([str(out), *files, "--batch_size", "2", "--bptt", "50"])
+    assert results["tokens"] > 1000 and len(sizes) > 8 and max(sizes) <= 2 * 50
