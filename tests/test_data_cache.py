@@ -213,14 +213,36 @@ def test_train_and_evaluate_convert_one_batch_at_a_time(tmp_path, monkeypatch):
         streams.add(self.numel())
         return ids
 
+    ranges = []  # --preprocessing_num_workers reaches the cache: each file is cut into that many ranges
+    cut = data._byte_ranges
+
+    def recorded(source, workers):
+        ranges.append(len(cut(source, workers)))
+        return cut(source, workers)
+
     monkeypatch.setattr(data, "load_ids", whole)
     monkeypatch.setattr(TokenStreams, "__getitem__", counted)
+    monkeypatch.setattr(data, "_byte_ranges", recorded)
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 256)
     out = tmp_path / "out"
     train.main([*files, "--config", str(ROOT / "examples/configs/tiny_test.json"), "--output_dir", str(out),
-                "--max_train_steps", "4", "--eval_bptt", "50", "--per_device_eval_batch_size", "2"])  # fmt: skip
+                "--max_train_steps", "4", "--eval_bptt", "50", "--per_device_eval_batch_size", "2",
+                "--preprocessing_num_workers", "3"])  # fmt: skip
+    assert ranges == [3, 3, 3]
     train_tokens = sum(len(line.split()) + 1 for line in lines)
     assert max(streams) > train_tokens - 2  # the training streams (2 of them, less the odd token) were among them
     assert len(sizes) > 8 and max(sizes) <= 2 * 50
     sizes.clear()
     results = evaluate_script()([str(out), *files, "--batch_size", "2", "--bptt", "50"])
     assert results["tokens"] > 1000 and len(sizes) > 8 and max(sizes) <= 2 * 50
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_worker_count_below_one_is_one_error_line(value, capsys):
+    sys.path.insert(0, str(ROOT / "examples"))
+    import train
+
+    with pytest.raises(SystemExit) as stop:
+        train.parse_args(["--preprocessing_num_workers", value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and "--preprocessing_num_workers: must be a positive integer" in err[-1]
