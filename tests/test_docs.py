@@ -140,3 +140,21 @@ def test_each_folders_card_is_the_export_template_of_its_record(folder):
     record = json.loads((path / "eval_results.json").read_text())
     config = PointerSentinelConfig.from_pretrained(path)
     assert (path / "README.md").read_text() == model_card(record, config, "bsd-3-clause")
+
+
+def test_readme_kill_and_resume_is_its_transcript():
+    """The README's 2-rank kill-and-resume block is lines of results/distributed/kill_resume_cpu.txt (what
+    kill_resume.sh beside it printed), in the file's order: the launch, the kill, the resume that names its checkpoint,
+    and the resumed run's final figures equal to the uninterrupted run's."""
+    readme = read("README.md")
+    after = readme[readme.index("`results/distributed/kill_resume_cpu.txt`") :]
+    block = re.search(r"```\n(.*?)\n```", after, re.S).group(1).splitlines()
+    transcript = read("results/distributed/kill_resume_cpu.txt").splitlines()
+    lines = iter(transcript)
+    assert all(line in lines for line in block), [line for line in block if line not in transcript]
+    assert block[0].startswith('$ TWO="accelerate launch --multi_gpu --num_processes 2 ') and block[1].endswith(" &")
+    kill = [line for line in block if line.startswith("$ kill -KILL ")]
+    resumed = [line for line in block if line.startswith("resuming from ") and line.endswith("/step_100")]
+    final = [line.split(" | train_minutes")[0] for line in block if line.startswith("validation_ppl ")]
+    assert len(kill) == 1 and len(resumed) == 1 and len(final) == 2 and final[0] == final[1], block
+    assert "all equal to the uninterrupted run's" in read("results/distributed/kill_resume_cpu.txt")
