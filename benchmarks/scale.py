@@ -1,24 +1,40 @@
-"""Scale of the token cache (modeling_pointer_sentinel/data.py) on synthetic corpora: Zipf-distributed words.
+"""Scale of the token cache (modeling_pointer_sentinel/data.py) and of training on it, on synthetic corpora: Zipf words.
 
-    python benchmarks/scale.py --tokens 10e6 100e6 --work /tmp/scale   # writes a markdown table to stdout
+    python benchmarks/scale.py --tokens 10e6 100e6 --work /tmp/scale          # markdown tables on stdout
+    python benchmarks/scale.py --tokens 1e9 --skip_training --work /tmp/scale  # prep and second start only
 
-For each size: the corpus is generated (`generate`), then a child process prepares it (streamed vocabulary, then
-the id file) and reports its wall time and peak RSS; a second child starts again on the same cache (the tokenizer
-and the ids read back, as a second start of examples/train.py does before its first step) and reports the same.
-Each child is one process; the tokenizer's batch encode may use both cores.
+For each size, with the corpus generated (`generate`):
+- prep: a child process builds the vocabulary (streamed) and the id file (`token_file`, `--num_proc` workers); it
+  reports its wall and CPU time, the encode pass's own time, and its peak RSS (ru_maxrss of the child, and the largest
+  of its workers'). Nothing else runs in the child: the ids are not loaded.
+- second start: examples/train.py on the same cache (`--max_train_steps 2 --log_every 1`, a small model): the time
+  from its launch to its first training step (the first line of log.jsonl, written after step 1) and the run's peak
+  RSS (ru_maxrss of that process).
+- training tokens/s (unless --skip_training): examples/train.py on the cache for `--train_steps` steps, one process
+  (`--num_threads 1`) and two gloo ranks (`accelerate launch --multi_gpu --num_processes 2 ... --cpu`, one thread a
+  rank); targets per second over all ranks as train.py logs them (from the epoch's start to the last step), and the
+  scaling efficiency (2-rank rate / (2 x 1-rank rate)).
+While a time is taken, the processes listed in --pause_pids (one PID a line, if the file exists) are stopped with
+SIGSTOP and continued with SIGCONT after it, whatever happens.
 """
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from tqdm.auto import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
+MODEL = {"embedding_size": 64, "hidden_size": 64, "num_layers": 1, "pointer_window": 20,
+         "adaptive_softmax_cutoffs": [2000, 20000]}  # fmt: skip
 
 
 def generate(path: Path, tokens: int, vocab: int = 100_000, exponent: float = 1.1, seed: int = 0):
@@ -39,68 +55,171 @@ def generate(path: Path, tokens: int, vocab: int = 100_000, exponent: float = 1.
             bar.update(n)
 
 
-CHILD = """
+PREP = """
 import json, resource, sys, time
+t0, c0 = time.time(), time.process_time()
+from modeling_pointer_sentinel.data import TextSource, cached_word_level_tokenizer, read_meta, token_file
+imports = time.time() - t0
+source, cache, workers = TextSource(path=sys.argv[1]), sys.argv[2], int(sys.argv[3])
 t = time.time()
-from modeling_pointer_sentinel.data import TextSource, cached_word_level_tokenizer, load_ids, read_meta, token_file
-imports, t = time.time() - t, time.time()
-source, cache = TextSource(path=sys.argv[1]), sys.argv[2]
 tok = cached_word_level_tokenizer(source, cache)
-t_vocab = time.time() - t
-path = token_file(tok, source, cache)
-t_prep = time.time() - t
-ids = load_ids(path)
-out = {"seconds": time.time() - t, "prep_seconds": t_prep, "vocab_seconds": t_vocab, "import_seconds": imports,
-       "tokens": ids.numel(), "vocab": len(tok), "dtype": read_meta(path)["dtype"], "bytes": path.stat().st_size,
-       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-print(json.dumps(out))
+t_vocab, t = time.time() - t, time.time()
+path = token_file(tok, source, cache, progress=False, num_proc=workers)
+t_encode = time.time() - t
+meta = read_meta(path)
+print(json.dumps({"seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0, "import_seconds": imports,
+                  "vocab_seconds": t_vocab, "encode_seconds": t_encode, "tokens": meta["tokens"], "vocab": len(tok),
+                  "dtype": meta["dtype"], "bytes": path.stat().st_size,
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "workers_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
 """
 
 
-def child(corpus: Path, cache: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(corpus), str(cache)],
-        cwd=ROOT,
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
-    )
+@contextmanager
+def paused(pid_file: Path | None):
+    """The processes listed in `pid_file` stopped (SIGSTOP) while the block runs, continued after it, always."""
+    pids = []
+    if pid_file and pid_file.is_file():
+        pids = [int(line) for line in pid_file.read_text().split() if line.strip().isdigit()]
+    stopped = []
+    try:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            except ProcessLookupError:
+                pass
+        yield stopped
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
+def env(threads: int = 1) -> dict:
+    keep = ("PATH", "HOME", "HF_HOME", "HF_DATASETS_CACHE", "TMPDIR")
+    return {**{k: os.environ[k] for k in keep if k in os.environ}, "OMP_NUM_THREADS": str(threads),
+            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def prep(corpus: Path, cache: Path, workers: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", PREP, str(corpus), str(cache), str(workers)], cwd=ROOT, check=True,
+                         stdout=subprocess.PIPE, text=True, env=env())  # fmt: skip
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def train_command(corpus: Path, cache: Path, out: Path, steps: int, processes: int, log_every: int) -> list[str]:
+    config = out.with_suffix(".json")
+    config.write_text(json.dumps({"model": MODEL, "bptt": 35, "per_device_train_batch_size": 20 // processes}))
+    args = [str(ROOT / "examples" / "train.py"), "--train_file", str(corpus), "--data_cache_dir", str(cache),
+            "--config", str(config), "--output_dir", str(out), "--max_train_steps", str(steps), "--log_every",
+            str(log_every), "--num_threads", "1", "--optimizer", "sgd", "--learning_rate", "1"]  # fmt: skip
+    if processes == 1:
+        return [sys.executable, *args]
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *args, "--cpu"]  # fmt: skip
+
+
+def second_start(corpus: Path, cache: Path, work: Path) -> dict:
+    """examples/train.py on the filled cache: seconds from launch to its first logged training step; peak RSS."""
+    out = work / "second_start"
+    shutil.rmtree(out, ignore_errors=True)
+    log = out / "log.jsonl"
+    start = time.perf_counter()
+    proc = subprocess.Popen(train_command(corpus, cache, out, 2, 1, 1), cwd=ROOT, env=env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first, status = None, 0
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own peak RSS, not earlier children's
+        if first is None and log.is_file() and log.stat().st_size:
+            first = time.perf_counter() - start
+        if pid:
+            break
+        time.sleep(0.02)
+    if status:
+        raise RuntimeError(proc.stderr.read()[-3000:])
+    if first is None:
+        first = time.perf_counter() - start  # ended before a poll saw the log: the whole run is the bound
+    rss = usage.ru_maxrss / 1024
+    return {"first_step_seconds": first, "exit_seconds": time.perf_counter() - start, "peak_rss_mb": rss}
+
+
+def training_rate(corpus: Path, cache: Path, work: Path, processes: int, steps: int) -> dict:
+    out = work / f"train_{processes}"
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = train_command(corpus, cache, out, steps, processes, steps)
+    done = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "targets_per_s" in r][-1]
+    return {"targets_per_s": last["targets_per_s"], "step": last["step"], "world_size": last["world_size"]}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=float, nargs="+", default=[10e6])
     ap.add_argument("--work", default="/tmp/pointer_sentinel_scale", help="corpora and caches (deleted after)")
+    ap.add_argument("--num_proc", type=int, default=2, help="token cache workers")
+    ap.add_argument("--train_steps", type=int, default=40)
+    ap.add_argument("--skip_training", action="store_true", help="prep and second start only")
+    ap.add_argument("--pause_pids", default="/tmp/pause_pids", help="PIDs to stop while a time is taken")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    work = Path(args.work)
+    work, pids = Path(args.work), Path(args.pause_pids)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in map(int, args.tokens):
         corpus, cache = work / f"zipf_{n}.txt", work / f"cache_{n}"
         shutil.rmtree(cache, ignore_errors=True)
-        generate(corpus, n)
-        first, second = child(corpus, cache), child(corpus, cache)
-        rows.append((n, corpus.stat().st_size, first, second))
-        print(json.dumps({"tokens": n, "first": first, "second": second}), file=sys.stderr)
+        if not corpus.is_file():
+            generate(corpus, n)
+        row = {"tokens_asked": n, "text_bytes": corpus.stat().st_size}
+        with paused(pids) as stopped:
+            row["prep_load"] = load()
+            row["prep"] = prep(corpus, cache, args.num_proc)
+            row["paused"] = len(stopped)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        with paused(pids):
+            row["start_load"] = load()
+            row["second_start"] = second_start(corpus, cache, work)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        if not args.skip_training:
+            for processes in (1, 2):
+                with paused(pids):
+                    row[f"train_load_{processes}"] = load()
+                    row[f"train_{processes}"] = training_rate(corpus, cache, work, processes, args.train_steps)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
         if not args.keep:
             corpus.unlink()
             shutil.rmtree(cache)
     print(
-        "| words (+ line ends) | text | vocabulary | prep: vocabulary + ids | encode tok/s | prep peak RSS "
-        "| id file | second start: data ready (+ imports) | second start peak RSS |"
+        "| words (+ line ends) | text | vocabulary | id file | prep: vocabulary + ids (wall) | encode tok/s "
+        "| prep peak RSS: process / worker | second start: first step | second start peak RSS |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
-    for n, size, a, b in rows:
-        encode = a["prep_seconds"] - a["vocab_seconds"]
+    for r in rows:
+        p, s = r["prep"], r["second_start"]
         print(
-            f"| {n / 1e6:,.0f}M ({a['tokens'] / 1e6:,.1f}M) | {size / 2**20:,.0f} MiB | {a['vocab']:,} "
-            f"| {a['vocab_seconds']:,.1f} + {encode:,.1f} s | {a['tokens'] / encode / 1e6:,.2f}M "
-            f"| {a['peak_rss_mb']:,.0f} MB | {a['bytes'] / 2**20:,.0f} MiB {a['dtype']} "
-            f"| {b['seconds']:,.1f} s (+ {b['import_seconds']:,.1f} s) | {b['peak_rss_mb']:,.0f} MB |"
+            f"| {r['tokens_asked'] / 1e6:,.0f}M ({p['tokens'] / 1e6:,.1f}M) | {r['text_bytes'] / 2**20:,.0f} MiB "
+            f"| {p['vocab']:,} | {p['bytes'] / 2**20:,.0f} MiB {p['dtype']} "
+            f"| {p['vocab_seconds']:,.1f} + {p['encode_seconds']:,.1f} s "
+            f"| {p['tokens'] / p['encode_seconds'] / 1e6:,.2f}M "
+            f"| {p['peak_rss_mb']:,.0f} / {p['workers_peak_rss_mb']:,.0f} MB | {s['first_step_seconds']:,.1f} s "
+            f"| {s['peak_rss_mb']:,.0f} MB |"
         )
+    if not args.skip_training:
+        print("\n| words | 1 process tok/s | 2 ranks tok/s | scaling efficiency |\n|---|---|---|---|")
+        for r in rows:
+            one, two = r["train_1"]["targets_per_s"], r["train_2"]["targets_per_s"]
+            print(f"| {r['tokens_asked'] / 1e6:,.0f}M | {one:,.0f} | {two:,.0f} | {two / (2 * one):.0%} |")
 
 
 if __name__ == "__main__":
