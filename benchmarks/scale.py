@@ -2,8 +2,9 @@
 
     python benchmarks/scale.py --tokens 10e6 100e6 --work /tmp/scale          # markdown tables on stdout
     python benchmarks/scale.py --tokens 1e9 --skip_training --work /tmp/scale  # prep and second start only
+    python benchmarks/scale.py --rules_file wiki.train.tokens --text_rules wikitext  # a real corpus's encode pass
 
-For each size, with the corpus generated (`generate`):
+For each size, with the corpus generated (`generate`; a file already at WORK/zipf_N.txt is used as it is):
 - prep: a child process builds the vocabulary (streamed) and the id file (`token_file`, `--num_proc` workers); it
   reports its wall and CPU time, the encode pass's own time, and its peak RSS (ru_maxrss of the child, and the largest
   of its workers'). Nothing else runs in the child: the ids are not loaded.
@@ -62,7 +63,7 @@ from modeling_pointer_sentinel.data import TextSource, cached_word_level_tokeniz
 imports = time.time() - t0
 source, cache, workers = TextSource(path=sys.argv[1]), sys.argv[2], int(sys.argv[3])
 t = time.time()
-tok = cached_word_level_tokenizer(source, cache)
+tok = cached_word_level_tokenizer(source, cache, text_rules="auto", max_vocab_size=None, min_frequency=1)  # train.py's
 t_vocab, t = time.time() - t, time.time()
 path = token_file(tok, source, cache, progress=False, num_proc=workers)
 t_encode = time.time() - t
@@ -131,6 +132,7 @@ def second_start(corpus: Path, cache: Path, work: Path) -> dict:
     out = work / "second_start"
     shutil.rmtree(out, ignore_errors=True)
     log = out / "log.jsonl"
+    before = sorted(p.name for p in cache.iterdir())
     start = time.perf_counter()
     proc = subprocess.Popen(train_command(corpus, cache, out, 2, 1, 1), cwd=ROOT, env=env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -147,6 +149,8 @@ def second_start(corpus: Path, cache: Path, work: Path) -> dict:
     if first is None:
         first = time.perf_counter() - start  # ended before a poll saw the log: the whole run is the bound
     rss = usage.ru_maxrss / 1024
+    if (after := sorted(p.name for p in cache.iterdir())) != before:  # a second start prepares nothing
+        raise RuntimeError(f"train.py prepared {sorted(set(after) - set(before))}: not a second start")
     return {"first_step_seconds": first, "exit_seconds": time.perf_counter() - start, "peak_rss_mb": rss}
 
 
@@ -162,6 +166,35 @@ def training_rate(corpus: Path, cache: Path, work: Path, processes: int, steps: 
     return {"targets_per_s": last["targets_per_s"], "step": last["step"], "world_size": last["world_size"]}
 
 
+RULES = """
+import sys, tempfile, time
+from modeling_pointer_sentinel import data
+from modeling_pointer_sentinel.data import TextSource, cached_word_level_tokenizer, read_meta, token_file
+data.MIN_RANGE_BYTES = 1 << 20  # a file of a few MB in as many ranges as workers
+source, rules, workers = TextSource(path=sys.argv[1]), sys.argv[2], int(sys.argv[3])
+with tempfile.TemporaryDirectory() as d:
+    tok = cached_word_level_tokenizer(source, d, text_rules=rules)
+    t = time.perf_counter()
+    path = token_file(tok, source, d, progress=False, num_proc=workers)
+    print(read_meta(path)["tokens"], time.perf_counter() - t)
+"""
+
+
+def rules_throughput(path: str, rules: str, pids: Path, repeats: int = 2):
+    """The encode pass alone over a real corpus file under its text rules, 1 and 2 workers: one table row each."""
+    print(f"\n| {Path(path).name}, text rules {rules} | tokens | encode s | tok/s | load average |")
+    print("|---|---|---|---|---|")
+    for workers in [1, 2] * repeats:
+        with paused(pids):
+            avg = load()
+            out = subprocess.run([sys.executable, "-c", RULES, path, rules, str(workers)], cwd=ROOT, check=True,
+                                 stdout=subprocess.PIPE, text=True, env=env())  # fmt: skip
+        tokens, seconds = out.stdout.split()
+        tokens, seconds = int(tokens), float(seconds)
+        print(f"| {workers} worker(s) | {tokens:,} | {seconds:.2f} | {tokens / seconds / 1e6:.2f}M "
+              f"| {avg.removeprefix('load average ')} |")  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=float, nargs="+", default=[10e6])
@@ -171,8 +204,12 @@ def main():
     ap.add_argument("--skip_training", action="store_true", help="prep and second start only")
     ap.add_argument("--pause_pids", default="/tmp/pause_pids", help="PIDs to stop while a time is taken")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--rules_file", help="instead: the encode pass over this file under --text_rules, 1 and 2 workers")
+    ap.add_argument("--text_rules", default="wikitext")
     args = ap.parse_args()
     work, pids = Path(args.work), Path(args.pause_pids)
+    if args.rules_file:
+        return rules_throughput(args.rules_file, args.text_rules, pids)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in map(int, args.tokens):
