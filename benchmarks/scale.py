@@ -195,6 +195,49 @@ def rules_throughput(path: str, rules: str, pids: Path, repeats: int = 2):
               f"| {avg.removeprefix('load average ')} |")  # fmt: skip
 
 
+MAP = """
+import sys, tempfile, time
+import numpy as np
+import datasets
+from modeling_pointer_sentinel.data import TextSource, _Encoder, cached_word_level_tokenizer, read_meta, token_file
+path, workers = sys.argv[1], int(sys.argv[2])
+source = TextSource(path=path)
+with tempfile.TemporaryDirectory() as d:
+    tok = cached_word_level_tokenizer(source, d, text_rules="auto", max_vocab_size=None, min_frequency=1)
+    t = time.perf_counter()
+    ours = token_file(tok, source, d + "/ours", progress=False, num_proc=workers)
+    t_ours = time.perf_counter() - t
+    encoder = _Encoder(tok, np.uint32)
+    t = time.perf_counter()
+    ds = datasets.load_dataset("text", data_files=path, cache_dir=d + "/hf", split="train")  # the text as Arrow
+    t_arrow, t = time.perf_counter() - t, time.perf_counter()
+    ids = ds.map(lambda b: {"ids": [encoder.lines(b["text"])]}, batched=True, batch_size=100_000, num_proc=workers,
+                 remove_columns=["text"])  # one row of ids per batch of lines
+    t_map, t = time.perf_counter() - t, time.perf_counter()
+    with open(d + "/theirs.bin", "wb") as f:  # the flat id file training reads
+        for batch in ids.with_format("numpy").iter(batch_size=1):
+            np.asarray(batch["ids"][0], np.uint32).tofile(f)
+    t_flat = time.perf_counter() - t
+    same = np.array_equal(np.fromfile(d + "/theirs.bin", np.uint32), np.fromfile(ours, read_meta(ours)["dtype"]))
+    print(read_meta(ours)["tokens"], t_ours, t_arrow, t_map, t_flat, same)
+"""
+
+
+def datasets_map(path: str, workers: int, pids: Path):
+    """token_file's byte-range workers against `datasets`' text loader + `map(num_proc=workers)` + a flat file, on
+    the same file and vocabulary, one table row."""
+    with paused(pids):
+        avg = load()
+        out = subprocess.run([sys.executable, "-c", MAP, path, str(workers)], cwd=ROOT, check=True,
+                             stdout=subprocess.PIPE, text=True, env=env())  # fmt: skip
+    tokens, ours, arrow, mapped, flat, same = out.stdout.split()
+    ours, arrow, mapped, flat = map(float, (ours, arrow, mapped, flat))
+    print("| tokens | workers | token_file | datasets: text to Arrow + map + flat file | same ids | load average |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {int(tokens):,} | {workers} | {ours:.1f} s | {arrow:.1f} + {mapped:.1f} + {flat:.1f} = "
+          f"{arrow + mapped + flat:.1f} s | {same} | {avg.removeprefix('load average ')} |")  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=float, nargs="+", default=[10e6])
@@ -206,10 +249,13 @@ def main():
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--rules_file", help="instead: the encode pass over this file under --text_rules, 1 and 2 workers")
     ap.add_argument("--text_rules", default="wikitext")
+    ap.add_argument("--datasets_map", help="instead: this file through token_file and through datasets' map")
     args = ap.parse_args()
     work, pids = Path(args.work), Path(args.pause_pids)
     if args.rules_file:
         return rules_throughput(args.rules_file, args.text_rules, pids)
+    if args.datasets_map:
+        return datasets_map(args.datasets_map, args.num_proc, pids)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for n in map(int, args.tokens):

@@ -1,17 +1,24 @@
 """Token caches: a corpus tokenised once into a flat id file, read back through a memory map (nanoGPT's prepare.py).
 
 Preparing a split streams its text in chunks: memory stays constant whatever the corpus size (the vocabulary pass
-holds one Counter over the words, O(vocabulary)). The ids are those of `training.encode_lines(tokenizer, lines)`
-over the lines `training.load_text_splits` reads, id for id: the same line cuts (`datasets`' text loader: universal
-newlines), the same backend tokenizer call on the same per-line texts, so every closed-vocabulary id stays as it was.
+holds one Counter over the words, O(vocabulary)). The id pass cuts a local file at line breaks into byte ranges and
+encodes them in forked workers at once (`token_file`'s `num_proc`; train.py and evaluate.py:
+`--preprocessing_num_workers`), each word looked up in a table of the words seen so far; one progress bar over the
+bytes. Rather than `datasets`' `map(num_proc=...)`: that first copies the text into an Arrow table and writes the ids
+as Arrow rows, which then still have to be joined into the flat file (benchmarks/scale.py `--datasets_map` measures
+both on one file). Training and evaluation read the ids through `TokenStreams`, which converts a batch at a time.
+The ids are those of `training.encode_lines(tokenizer, lines)` over the lines `training.load_text_splits` reads, id
+for id: the same line cuts (`datasets`' text loader: universal newlines), the same backend tokenizer call on the same
+per-line texts (or its ids for each word, where the tokenizer reads words alone), so every id stays as it was.
 
 Where: `cache_dir` (train.py and evaluate.py: `--data_cache_dir`), by default `pointer_sentinel_tokens` under the
 Hugging Face datasets cache (`datasets.config.HF_DATASETS_CACHE`, i.e. `$HF_DATASETS_CACHE` or
 `~/.cache/huggingface/datasets`).
 Keys (sha256, first 16 hex digits in the file names):
-- an id file (`<name>-<key>.bin`, with `<name>-<key>.json` beside it): the format version, the backend tokenizer's
-  whole JSON (vocabulary, text rules, added tokens), eos id and line rule, and the source: a file's resolved path,
-  size, mtime (ns) and encoding, or a `datasets.Dataset`'s fingerprint and column;
+- an id file (`<name>-<key>.bin`, with `<name>-<key>.json` and each id's count, `<name>-<key>.counts.npy`, beside
+  it): the format version, the backend tokenizer's whole JSON (vocabulary, text rules, added tokens), eos id and line
+  rule, and the source: a file's resolved path, size, mtime (ns) and encoding, or a `datasets.Dataset`'s fingerprint
+  and column;
 - a built vocabulary (`vocab-<name>-<key>/`, a saved tokenizer): the training source's key, the build options and
   the bytes of tokenization.py (its text rules).
 A changed file, tokenizer or rule gets a new key, so a new entry; old entries are left for the user to delete (runs
