@@ -63,6 +63,7 @@ RANGES = [
     ("--max_vocab_size", lambda v: v >= 2, "an integer >= 2 (<eos> and <unk> included)"),
     ("--min_frequency", positive, "a positive integer"),
     ("--unseen_word_rate", lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
+    ("--oov_pointer_learning_rate", positive, "> 0"),
     ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
 ]
 
@@ -159,6 +160,16 @@ def parse_args(argv=None):
       "times plays an unseen word with this probability, as a placeholder (needs the model's oov_slots)")  # fmt: skip
     a("--unseen_word_max_count", type=int, default=10)
     a("--unseen_word_block", type=int, default=1000)
+    a(
+        "--oov_pointer",
+        action="store_true",
+        help="give the model the placeholders' own embedding, pointer query and repeat odds (config.oov_pointer), for "
+        "--unseen_word_rate. Added to a --model_name_or_path model without them, they start as <unk>'s embedding, the "
+        "pointer's query and its own odds, so training starts from the loaded model's exact scores",
+    )
+    a("--oov_pointer_learning_rate", type=float, default=None,
+      help="the placeholders' embedding, query and repeat odds learn at this rate, decayed with --learning_rate "
+      "(default: --learning_rate)")  # fmt: skip
     a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="autocast dtype (bf16 on a GPU)")
     a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
     a(
@@ -298,10 +309,12 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     improves,
     make_segment,
     nt_asgd_triggered,
+    parameter_groups,
     run_segment,
     segment_schedule,
     shard_streams,
     simulate_unseen_words,
+    start_oov_pointer,
     suppress_unk_in_generation,
     unk_rate_of_counts,
     unk_token_id,
@@ -323,6 +336,11 @@ def build_model(args, tokenizer):
     if args.model_name_or_path:
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
         model = load_or_fail("model", load, args.model_name_or_path)
+        if args.oov_pointer and not model.config.oov_pointer:
+            if not (model.config.oov_slots and model.config.use_pointer):
+                fail(f"--oov_pointer needs a pointer model with oov_slots; {args.model_name_or_path} has "
+                     f"use_pointer={model.config.use_pointer} and oov_slots={model.config.oov_slots}")  # fmt: skip
+            model = start_oov_pointer(model)
         if model.config.vocab_size != word_count(tokenizer):
             fail(
                 f"The tokenizer has {word_count(tokenizer)} words but {args.model_name_or_path} was trained with "
@@ -337,7 +355,9 @@ def build_model(args, tokenizer):
         fail(f"--config model: {', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id "
              f"{eos}); leave them out")  # fmt: skip
     try:
-        config = PointerSentinelConfig(**from_tokenizer, **args.model)
+        config = PointerSentinelConfig(
+            **from_tokenizer, **{**args.model, **({"oov_pointer": True} if args.oov_pointer else {})}
+        )
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
     check_fits(config, args.per_device_train_batch_size, args.optimizer)
@@ -801,10 +821,11 @@ def main(argv=None):
             f"{train.shape[1]}: resume it with the training data (and --unseen_word_rate) it was trained with"
         )
 
+    groups = parameter_groups(model, (args.oov_pointer_learning_rate or args.learning_rate) / args.learning_rate)
     if args.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
     else:
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
+        optimizer = torch.optim.SGD(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
     if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again
@@ -923,7 +944,7 @@ def main(argv=None):
                 loss = loss + activation_penalty(out, args.alpha, args.beta)
                 lr = state.lr * (k / args.bptt if args.variable_bptt else 1.0)
                 for group in optimizer.param_groups:
-                    group["lr"] = lr
+                    group["lr"] = lr * group.get("lr_scale", 1.0)  # (checkpoints before the groups lack it)
                 accelerator.backward(loss)
                 if accelerator.sync_gradients and args.clip:
                     accelerator.clip_grad_norm_(model.parameters(), args.clip)

@@ -188,6 +188,31 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
     return out
 
 
+def start_oov_pointer(model):
+    """`model` (a pointer model with oov_slots) with the placeholders' own embedding, pointer query and repeat odds
+    (`config.oov_pointer`), started as `<unk>`'s embedding, the pointer's query and the pointer's own odds (a zero
+    logit): it scores exactly as `model` did until training moves them."""
+    if model.config.oov_pointer:
+        return model
+    model.config.oov_pointer = True
+    grown = type(model)(model.config).to(model.device, model.dtype)
+    grown.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        grown.model.oov_embedding.copy_(model.model.embed_tokens.weight[model.config.unk_token_id])
+        grown.pointer.oov_query.load_state_dict(model.pointer.query.state_dict())
+    grown.generation_config = model.generation_config
+    return grown
+
+
+def parameter_groups(model, oov_lr_scale: float = 1.0) -> list[dict]:
+    """The optimizer's groups: the placeholders' embedding, query and repeat odds (`config.oov_pointer`) learn at
+    `oov_lr_scale` times the rate of the rest (each group's `lr_scale`)."""
+    oov = [p for n, p in model.named_parameters() if any(part.startswith("oov_") for part in n.split("."))]
+    ids = {id(p) for p in oov}
+    rest = [p for p in model.parameters() if id(p) not in ids]
+    return [{"params": rest, "lr_scale": 1.0}] + ([{"params": oov, "lr_scale": oov_lr_scale}] if oov else [])
+
+
 def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: int = 0):
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
     so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each).

@@ -93,7 +93,8 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
         top = []
         for t in range(T):
             word = int(ids[b, t]) if ids[b, t] < V else unk  # a placeholder reads <unk>'s embedding
-            x = emb[word] * (masks["input"][b, 0] if "input" in masks else 1.0)
+            own = lstm.oov_embedding is not None and ids[b, t] >= V  # or the placeholders' own
+            x = (lstm.oov_embedding if own else emb[word]) * (masks["input"][b, 0] if "input" in masks else 1.0)
             for k, layer in enumerate(lstm.layers):
                 m = masks["layers"][k]
                 w_hh = layer.weight_hh * m.get("w_hh", 1.0)
@@ -112,7 +113,9 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
             now = len(past) + t
             win = [seq[i] if i >= 0 else None for i in range(now - L + 1, now + 1)]  # oldest first, current last
             q = torch.tanh(model.pointer.query.weight @ h + model.pointer.query.bias)
-            e = [math.exp(float(q @ w[0])) if w is not None else 0.0 for w in win]
+            oq = model.pointer.oov_query  # placeholders' own query, if any
+            q_oov = torch.tanh(oq.weight @ h + oq.bias) if oq is not None else q
+            e = [math.exp(float((q_oov if w[1] >= V else q) @ w[0])) if w is not None else 0.0 for w in win]
             if cfg.gate_type == "sentinel":
                 e_s = math.exp(float(q @ model.pointer.sentinel))
                 a, g = [v / (sum(e) + e_s) for v in e], e_s / (sum(e) + e_s)
@@ -125,10 +128,14 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
                 if w is not None:
                     p[w[1]] += ai  # mass on h_i goes to its input token x_i
             M = float(p[V:].sum())  # the pointer's mass on the window's out-of-vocabulary words
-            if M > 0:  # <unk>'s vocabulary share u = g p_vocab(<unk>) splits g : M between a new word and those
+            if M > 0:  # <unk>'s vocabulary share u = g p_vocab(<unk>): r to those, 1 - r to a new word
                 u = g * float(p_vocab[unk])
-                p[V:] += u * p[V:] / (g + M)
-                p[unk] -= u * M / (g + M)
+                odds = (
+                    M / g * (math.exp(float(oq_r.weight @ h + oq_r.bias)) if (oq_r := model.pointer.oov_repeat) else 1)
+                )
+                r = odds / (1 + odds)
+                p[V:] += u * r * p[V:] / M
+                p[unk] -= u * r
             p_out[b, t], g_out[b, t], a_out[b, t] = p, g, torch.tensor(a, dtype=a_out.dtype)
         new_window.append(seq[-L:])
     state_out = ([torch.stack([s[0][k] for s in new_state]) for k in range(len(lstm.layers))],

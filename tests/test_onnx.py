@@ -31,6 +31,8 @@ WORDS = "a b c d e f g h i j k l m n o p q r s t u".split()
 EOS, UNK = 21, 22
 N = 4  # the open variants' placeholders: ids 23 ... 26
 OPEN = {f"open_{name}": {**kw, "oov_slots": N, "unk_token_id": UNK} for name, kw in VARIANTS.items()}
+# the placeholders' own embedding and query (config.oov_pointer)
+OPEN["open_oov_pointer"] = {"oov_slots": N, "unk_token_id": UNK, "oov_pointer": True}
 
 
 def saved_tiny(folder, **kw):

@@ -22,6 +22,7 @@ VARIANTS = {
     "adaptive": dict(adaptive_softmax_cutoffs=[4, 10], adaptive_softmax_div_value=2.0),
     "switch_zoneout": dict(gate_type="switch", zoneout=0.3, tie_word_embeddings=False, hidden_size=10),
     "plain": dict(use_pointer=False),
+    "oov_pointer": dict(oov_pointer=True),  # the placeholders' own embedding and pointer query
 }
 # Row 0 repeats placeholders 23 and 24 and a literal <unk>; row 1 (left-padded) has its own 23 and 25.
 BATCH = torch.tensor([[1, 23, 2, 24, 3, 23, 5, 24, 1], [0, 0, 0, 0, 25, 2, 23, 25, 3]])
@@ -29,7 +30,12 @@ MASK = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
 
 
 def model(variant="sentinel", **kw):
-    return tiny_model(pointer_window=6, **OPEN, **VARIANTS[variant], **kw).eval()
+    m = tiny_model(pointer_window=6, **OPEN, **VARIANTS[variant], **kw).eval()
+    if m.config.oov_pointer:  # r's logit starts at 0 (the pointer's own odds): make it count
+        with torch.no_grad():
+            m.pointer.oov_repeat.weight.normal_(generator=torch.Generator().manual_seed(1))
+            m.pointer.oov_repeat.bias.fill_(0.7)
+    return m
 
 
 def copying(m):
@@ -79,9 +85,15 @@ def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
     """Ids below V (a literal <unk> included): the first V outputs, the loss and the target log-probabilities are
     bit for bit the closed-vocabulary model's, so every shipped closed-vocabulary figure stands."""
     ids = torch.tensor([[1, 3, 2, 3, 5, 1, 2, 3, 7], [4, 4, 3, 9, 3, 2, 1, 0, 3]])
-    kw = VARIANTS[variant]
-    closed = tiny_model(pointer_window=6, unk_token_id=UNK, **kw).eval()(ids, labels=ids)
-    open_ = model(variant)(ids, labels=ids)
+    kw = {k: v for k, v in VARIANTS[variant].items() if k != "oov_pointer"}
+    closed_model = tiny_model(pointer_window=6, unk_token_id=UNK, **kw).eval()
+    open_model = model(variant)
+    missing = open_model.load_state_dict(closed_model.state_dict(), strict=False).missing_keys
+    own = {"model.oov_embedding", "pointer.oov_query.weight", "pointer.oov_query.bias", "pointer.oov_repeat.weight",
+           "pointer.oov_repeat.bias"}  # fmt: skip
+    assert set(missing) == (own
+                            if variant == "oov_pointer" else set())  # fmt: skip
+    closed, open_ = closed_model(ids, labels=ids), open_model(ids, labels=ids)
     assert torch.equal(open_.logits[..., :V], closed.logits) and torch.equal(open_.loss, closed.loss)
     assert torch.equal(open_.target_log_probs, closed.target_log_probs)
     assert torch.isneginf(open_.logits[..., V:]).all()
@@ -129,12 +141,14 @@ def test_fast_generate_equals_forward_with_placeholders(variant, decoding):
                 run(m, "forward", ids=BATCH, mask=MASK, **DECODING[decoding]))  # fmt: skip
 
 
-def test_decode_step_equals_forward_with_placeholders():
-    steps_against_forward(model(), BATCH, MASK, torch.tensor([24, 26]), 14)
+@pytest.mark.parametrize("variant", ["sentinel", "oov_pointer"])
+def test_decode_step_equals_forward_with_placeholders(variant):
+    steps_against_forward(model(variant), BATCH, MASK, torch.tensor([24, 26]), 14)
 
 
-def test_compiled_generate_equals_fast_with_placeholders():
-    m = copying(model())
+@pytest.mark.parametrize("variant", ["sentinel", "oov_pointer"])
+def test_compiled_generate_equals_fast_with_placeholders(variant):
+    m = copying(model(variant))
     assert_same(run(m, "compiled", ids=BATCH, mask=MASK, max_new_tokens=8),
                 run(m, "fast", ids=BATCH, mask=MASK, max_new_tokens=8))  # fmt: skip
 
@@ -177,6 +191,9 @@ def test_ids_beyond_the_placeholders_and_a_missing_unk_are_clear_errors():
         PointerSentinelConfig(vocab_size=23, oov_slots=4)
     with pytest.raises(ValueError, match="oov_slots must be >= 0"):
         PointerSentinelConfig(vocab_size=23, oov_slots=-1, unk_token_id=3)
+    for closed in (dict(), dict(oov_slots=4, unk_token_id=3, use_pointer=False)):
+        with pytest.raises(ValueError, match="oov_pointer needs oov_slots > 0 and use_pointer"):
+            PointerSentinelConfig(vocab_size=23, oov_pointer=True, **closed)
 
 
 def test_simulated_unseen_words_are_consistent_per_block_and_never_share_a_slot_across_one():
@@ -264,3 +281,62 @@ def test_a_model_built_from_an_open_vocabulary_tokenizer_has_its_words_and_its_p
                          "--config", str(TINY), "--output_dir", str(out), "--max_train_steps", "1"])  # fmt: skip
     config = PointerSentinelConfig.from_pretrained(out)
     assert (config.vocab_size, config.oov_slots, config.unk_token_id) == (tok.word_vocab_size, 8, tok.unk_token_id)
+
+
+def test_an_added_oov_pointer_starts_from_the_loaded_models_exact_scores():
+    """training.start_oov_pointer: the placeholders' own embedding and query start as <unk>'s embedding and the
+    pointer's query, so the grown model scores text with placeholders exactly as before; moving them changes only
+    what the placeholders touch."""
+    from modeling_pointer_sentinel.training import start_oov_pointer
+
+    closed = model()
+    repeat = start_oov_pointer(model()).pointer.oov_repeat
+    assert not repeat.weight.any() and not repeat.bias.any()  # r's odds start as the pointer's own, M / g
+    before, before_loss = closed(BATCH, attention_mask=MASK), closed(BATCH, attention_mask=MASK, labels=BATCH).loss
+    grown = start_oov_pointer(model())
+    assert grown.config.oov_pointer and grown.model.oov_embedding is not None
+    after = grown(BATCH, attention_mask=MASK)
+    assert torch.equal(after.logits, before.logits)
+    assert torch.equal(grown(BATCH, attention_mask=MASK, labels=BATCH).loss, before_loss)
+    with torch.no_grad():
+        grown.pointer.oov_query.weight.normal_()
+        grown.model.oov_embedding.normal_()
+    ids = torch.tensor([[1, 3, 2, 3, 5, 1, 2, 3, 7]])  # no placeholder: untouched
+    assert torch.equal(grown(ids).logits, closed(ids).logits)
+    assert not torch.equal(grown(BATCH, attention_mask=MASK).logits, before.logits)
+
+
+def test_train_py_oov_pointer_learns_at_its_own_rate(tmp_path, capsys):
+    """--oov_pointer grows a loaded open-vocabulary model's head for placeholders; --oov_pointer_learning_rate is
+    that head's rate (the rest keep --learning_rate); a closed model is refused with one error line."""
+    from test_train import TINY, repeated_sentences, train_module
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
+    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
+    for name, slots in (("open", 8), ("closed", 0)):
+        tiny_model(vocab_size=len(tok) - 8, oov_slots=slots, unk_token_id=tok.unk_token_id, pointer_window=10)\
+            .save_pretrained(tmp_path / name)  # fmt: skip
+        tok.save_pretrained(tmp_path / name)
+    start = PointerSentinelForCausalLM.from_pretrained(tmp_path / "open")
+
+    def run(name, *extra):
+        out = tmp_path / f"{name}{len(list(tmp_path.iterdir()))}"
+        train_module().main(["--model_name_or_path", str(tmp_path / name), "--train_file", str(corpus / "train.txt"),
+                             "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir",
+                             str(out), "--max_train_steps", "3", "--unseen_word_block", "50", "--unseen_word_rate",
+                             "1", "--unseen_word_max_count", "1000", "--oov_pointer", *extra])  # fmt: skip
+        return PointerSentinelForCausalLM.from_pretrained(out)
+
+    moved, held = run("open"), run("open", "--oov_pointer_learning_rate", "1e-30")
+    for m in (moved, held):
+        assert m.config.oov_pointer and not torch.equal(m.pointer.query.weight, start.pointer.query.weight)
+    assert not torch.equal(moved.pointer.oov_query.weight, start.pointer.query.weight)
+    assert torch.equal(held.pointer.oov_query.weight, start.pointer.query.weight)
+    assert torch.equal(held.model.oov_embedding, start.model.embed_tokens.weight[tok.unk_token_id])
+    assert held.pointer.oov_repeat.weight.abs().max() < 1e-20 < moved.pointer.oov_repeat.weight.abs().max()
+    with pytest.raises(SystemExit):
+        run("closed")
+    assert "--oov_pointer needs a pointer model with oov_slots" in capsys.readouterr().err

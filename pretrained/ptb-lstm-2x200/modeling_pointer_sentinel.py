@@ -28,8 +28,9 @@ Regularisers (all off by default; AWD-LSTM, Merity et al. 2017, and zoneout, Kru
 The recurrent state and the window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked
 == whole-sequence at evaluation. `pointer_mixture` (2.4) and `pointer_target_log_prob` (2.5/2.6) are the only
 implementations of the mixture; forward, the logits processor and evaluation use them. Open vocabulary
-(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding, the
-pointer copies it (2.4), and <unk>'s vocabulary share is split between them and a new word (`split_unknown`).
+(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding (or,
+with `config.oov_pointer`, the placeholders' own, and the pointer scores them with its own query), the pointer copies
+it (2.4), and <unk>'s vocabulary share is split between them and a new word (`split_unknown`).
 """
 
 import math
@@ -46,7 +47,12 @@ from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import ModelOutput
 
 from .configuration_pointer_sentinel import PointerSentinelConfig
-from .generation_pointer_sentinel import PackedAdaptiveSoftmax, PointerSentinelGenerationMixin, PointerStash
+from .generation_pointer_sentinel import (
+    PackedAdaptiveSoftmax,
+    PointerSentinelCache,
+    PointerSentinelGenerationMixin,
+    PointerStash,
+)
 
 # ---- Regularisers ---------------------------------------------------------------------------------------------------
 
@@ -224,16 +230,25 @@ class PointerSentinelHead(nn.Module):
         d = config.output_size
         self.gate_type = config.gate_type
         self.query = nn.Linear(d, d)  # (2.2a) W, b_q
+        # q~ = tanh(W~ h + b~) scores placeholder positions: copying an unseen word is learned apart from the
+        # closed-vocabulary pointer, which it leaves exactly as it was
+        self.oov_query = nn.Linear(d, d) if config.oov_pointer else None
+        self.oov_repeat = nn.Linear(d, 1) if config.oov_pointer else None  # r's logit (`split_unknown`)
         if config.gate_type == "sentinel":
             self.sentinel = nn.Parameter(torch.empty(d))  # (2.4) s
         else:  # the switch ablation: g = sigmoid(MLP(h_t))
             self.switch = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
 
-    def forward(self, h, keys, valid):
+    def forward(self, h, keys, valid, oov=None):
         """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk]; valid (B, T, L) the window's real
-        positions. Returns log g (B, T) and log a (B, T, L) over positions t-L+1 ... t."""
+        positions; oov (B, T, L) its placeholders (with `oov_query`). Returns log g (B, T) and log a (B, T, L) over
+        positions t-L+1 ... t."""
+        L = valid.shape[-1]
         q = torch.tanh(self.query(h))  # (2.2a)
-        return self.attend(h, q, window_scores(q, keys, valid.shape[-1]), valid)  # (2.2b)
+        z = window_scores(q, keys, L)  # (2.2b)
+        if self.oov_query is not None:
+            z = torch.where(oov, window_scores(torch.tanh(self.oov_query(h)), keys, L), z)
+        return self.attend(h, q, z, valid)
 
     def attend(self, h, q, z, valid):
         """The window's scores z (..., L) and queries q (..., D) -> log g (...) and log a (..., L)."""
@@ -249,11 +264,13 @@ class PointerSentinelHead(nn.Module):
 
 
 class Pointer(NamedTuple):
-    """The pointer's output for one call: log g (B, T), log a (B, T, L) and the window's token ids (B, T, L)."""
+    """The pointer's output for one call: log g (B, T), log a (B, T, L), the window's token ids (B, T, L) and, with
+    `oov_pointer`, r's logit (B, T)."""
 
     log_gate: torch.Tensor
     log_attention: torch.Tensor
     window_ids: torch.Tensor
+    repeat_logit: torch.Tensor | None = None
 
 
 # ---- Vocabulary softmax, mixture and loss (§2.1, §2.3-2.6) ----------------------------------------------------------
@@ -343,31 +360,47 @@ class AdaptiveSoftmax(nn.Module):
 
 class Placeholders(NamedTuple):
     """Ids first ... first + n - 1 stand for the words of a text that the vocabulary lacks, one id per distinct word
-    (`config.oov_slots`; the tokenizer assigns them); unk is `<unk>`'s id."""
+    (`config.oov_slots`; the tokenizer assigns them); unk is `<unk>`'s id. repeat_logit (per position, with
+    `config.oov_pointer`): the logit of r, the chance that a word outside the vocabulary is one the window holds."""
 
     first: int
     n: int
     unk: int
+    repeat_logit: torch.Tensor | None = None
 
     @classmethod
     def of(cls, config) -> "Placeholders | None":
         return cls(config.vocab_size, config.oov_slots, config.unk_token_id) if config.oov_slots else None
 
 
-def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, first: int):
+def embed(ids: torch.Tensor, weight: torch.Tensor, places: Placeholders | None, oov_embedding=None) -> torch.Tensor:
+    """E[x_t]; a placeholder reads the placeholders' own embedding (`config.oov_pointer`), else <unk>'s."""
+    if places is None:
+        return F.embedding(ids, weight)
+    oov = ids >= places.first
+    x = F.embedding(ids.masked_fill(oov, places.unk), weight)
+    return x if oov_embedding is None else torch.where(oov.unsqueeze(-1), oov_embedding.to(x.dtype), x)
+
+
+def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, places: Placeholders):
     """`<unk>`'s vocabulary share u = g p_vocab(<unk>) stands for every word outside the vocabulary. The window's
-    placeholders (pointer mass M in all) and a new word share it as the pointer shares its own mass between them and
-    the sentinel: a new word keeps u g / (g + M), and each placeholder's copy mass m_k grows by m_k u / (g + M).
-    Returns whether the window holds a placeholder, log(u g / (g + M)) and log(1 + u / (g + M)); without one, log u
-    and 0 exactly, so text without placeholders scores as with a closed vocabulary."""
-    oov = (window_ids >= first) & (log_attention > -torch.inf)
+    placeholders (pointer mass M in all) and a new word share it: the placeholders u r, each in proportion to its
+    copy mass m_k, and a new word u (1 - r). r, the chance that the word repeats one the window holds, has the odds
+    the pointer gives its placeholders against the sentinel, M / g, times exp(`places.repeat_logit`), learned with
+    `config.oov_pointer` (else 0: a new word keeps u g / (g + M), m_k grows by m_k u / (g + M)). Returns whether the
+    window holds a placeholder, log(u (1 - r)) and log(1 + u r / M); without one, log u and 0 exactly, so text
+    without placeholders scores as with a closed vocabulary."""
+    oov = (window_ids >= places.first) & (log_attention > -torch.inf)
     has = oov.any(-1)
     # Rows without a placeholder take finite dummies, then the exact values: NaN-free gradients.
     log_M = torch.logsumexp(log_attention.masked_fill(~oov, -torch.inf).masked_fill(~has.unsqueeze(-1), 0), -1)
-    log_gm = torch.where(has, torch.logaddexp(log_gate, log_M), log_gate)
+    log_odds = log_M - log_gate
+    if places.repeat_logit is not None:
+        log_odds = log_odds + _upcast(places.repeat_logit)
     log_u = log_gate + vocab_unk_log_prob
-    log_new = torch.where(has, log_u + (log_gate - log_gm), log_u)
-    return has, log_new, torch.log1p(torch.exp(torch.where(has, log_u - log_gm, -torch.inf)))
+    log_new = torch.where(has, log_u + F.logsigmoid(-log_odds), log_u)
+    log_grow = torch.where(has, log_u + F.logsigmoid(log_odds) - log_M, -torch.inf)
+    return has, log_new, torch.log1p(torch.exp(log_grow))
 
 
 def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor,
@@ -396,8 +429,9 @@ def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, point
         mixed = log_p.scatter(-1, window_ids, torch.where(first, m, m.detach()))
     if placeholders is None:
         return mixed
-    V, _, unk = placeholders
-    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], _safe_log(pointer_probs), window_ids, V)
+    V, _, unk, _ = placeholders
+    log_a = _safe_log(pointer_probs)
+    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], log_a, window_ids, placeholders)
     # <unk> keeps the new word's share and the pointer's mass on literal <unk> positions
     log_unk = torch.logaddexp(log_new, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
     log_unk = torch.where(has, log_unk, mixed[..., unk]).unsqueeze(-1)
@@ -418,7 +452,7 @@ def pointer_target_log_prob(
     window does not hold (a first occurrence) is a new word, so it scores as `<unk>`.
     """
     if placeholders is not None:
-        V, _, unk = placeholders
+        V, _, unk, _ = placeholders
         absent = (targets >= V) & ~(window_ids == targets.unsqueeze(-1)).any(-1)
         targets = torch.where(absent, unk, targets)
     hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
@@ -429,7 +463,7 @@ def pointer_target_log_prob(
     vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
     if placeholders is not None:
         # at the targets that read them (<unk>, placeholders) log_new and log_grow see <unk>'s p_vocab
-        has, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, V)
+        has, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, placeholders)
         copy = targets >= V
         vocab = torch.where(copy, -torch.inf, torch.where(has & (targets == unk), log_new, vocab))
         pointer = torch.where(copy, pointer + log_grow, pointer)
@@ -536,6 +570,8 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
         r = self.config.init_range
         if isinstance(module, nn.Embedding):
             init.uniform_(module.weight, -r, r)
+        elif isinstance(module, PointerSentinelModel) and module.oov_embedding is not None:
+            init.uniform_(module.oov_embedding, -r, r)
         elif isinstance(module, PointerSentinelLSTMLayer):
             bound = 1 / math.sqrt(module.hidden_size)
             for p in (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh):
@@ -554,6 +590,9 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Linear):
             if module is getattr(self, "lm_head", None):
                 init.uniform_(module.weight, -r, r)
+                init.zeros_(module.bias)
+            elif module is getattr(getattr(self, "pointer", None), "oov_repeat", None):  # r's odds start as M / g
+                init.zeros_(module.weight)
                 init.zeros_(module.bias)
             else:
                 bound = 1 / math.sqrt(module.in_features)
@@ -585,6 +624,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
     def __init__(self, config: PointerSentinelConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.oov_embedding = nn.Parameter(torch.empty(config.embedding_size)) if config.oov_pointer else None
         n = config.num_hidden_layers
         sizes = [config.embedding_size] + [config.hidden_size] * (n - 1) + [config.output_size]
         self.layers = nn.ModuleList(
@@ -646,9 +686,8 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
             cache.hidden = [input_ids.new_zeros(B, layer.hidden_size, dtype=self.dtype) for layer in self.layers]
             cache.cell = [h.clone() for h in cache.hidden]
 
-        if cfg.oov_slots:  # a placeholder reads <unk>'s embedding
-            input_ids = input_ids.masked_fill(input_ids >= cfg.vocab_size, cfg.unk_token_id)
-        x = F.embedding(input_ids, embedding_dropout(self.embed_tokens.weight, cfg.embedding_dropout, self.training))
+        weight = embedding_dropout(self.embed_tokens.weight, cfg.embedding_dropout, self.training)
+        x = embed(input_ids, weight, Placeholders.of(cfg), self.oov_embedding)
         all_hidden = [x] if output_hidden_states else None
         x = locked_dropout(x, cfg.input_dropout, self.training)
         new_h, new_c, split_h, split_c = [], [], [], []
@@ -779,8 +818,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
     def _pointer(self, cache, h, input_ids, mask) -> Pointer:
         keys, key_ids, key_valid = self._pointer_memory(cache, h, input_ids, mask)
         L = self.config.pointer_window
-        log_gate, log_attention = self.pointer(h, keys, sliding_window(key_valid, L))
-        return Pointer(log_gate, log_attention, sliding_window(key_ids, L))
+        window_ids, head = sliding_window(key_ids, L), self.pointer
+        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), window_ids >= self.config.vocab_size)
+        repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
+        return Pointer(log_gate, log_attention, window_ids, repeat_logit)
 
     # --- step 2: the loss on the targets alone (§2.5, §2.6) ------------------------------------------------------
     def _loss(self, h, shift_labels, mask, pointer: Pointer | None, num_items_in_batch) -> _Loss:
@@ -807,6 +848,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         if pointer is None:
             return _Loss(-torch.where(counted, vocab_lp, 0).sum() / n, None, vocab_target, vocab_target,
                          vocab_logits, vocab_log_probs)  # fmt: skip
+        if places is not None and pointer.repeat_logit is not None:
+            places = places._replace(repeat_logit=pointer.repeat_logit[:, at])
         log_p, log_gate_or_hit = pointer_target_log_prob(
             vocab_lp, _upcast(pointer.log_gate[:, at]), _upcast(pointer.log_attention[:, at]),
             pointer.window_ids[:, at], y, places,
@@ -830,6 +873,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             vocab_logits = self.lm_head(slice_logits_to_keep(h, logits_to_keep))
             vocab_log_probs = vocab_logits if isinstance(self.lm_head, AdaptiveSoftmax) else None  # normalised
         places = Placeholders.of(self.config)
+        if places is not None and pointer is not None and pointer.repeat_logit is not None:
+            r = pointer.repeat_logit
+            r = r[:, -1] if pointer_stash is not None else slice_logits_to_keep(r[..., None], logits_to_keep)[..., 0]
+            places = places._replace(repeat_logit=r)
         if pointer is None:  # placeholders cannot be copied: probability 0 (generate never picks them)
             pad = places is not None and pointer_stash is None
             return (F.pad(vocab_logits, (0, places.n), value=-torch.inf) if pad else vocab_logits), vocab_logits
@@ -914,83 +961,6 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return out if return_dict else out.to_tuple()
 
 
-# ---- The recurrent cache --------------------------------------------------------------------------------------------
-
-
-class PointerSentinelCache:
-    """Everything the model carries between calls: per-layer LSTM (h, c) and the pointer window.
-
-    window_states (B, L, D), window_ids (B, L) and window_mask (B, L) hold the last L real positions, oldest first;
-    the mask is False where no token exists yet. Duck-typed on purpose: a `transformers.Cache` would make `generate`
-    build 4-D attention masks and try to compile the forward.
-    """
-
-    is_compileable = False
-    is_croppable = False  # a recurrent state cannot be rolled back
-
-    def __init__(self):
-        self.hidden: list[torch.Tensor] | None = None  # per layer (B, H_l)
-        self.cell: list[torch.Tensor] | None = None
-        self.window_states: torch.Tensor | None = None
-        self.window_ids: torch.Tensor | None = None
-        self.window_mask: torch.Tensor | None = None
-        self.seen_tokens = 0
-
-    @property
-    def batch_size(self) -> int | None:
-        return None if self.hidden is None else self.hidden[0].shape[0]
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.seen_tokens
-
-    def _map(self, fn):
-        if self.hidden is not None:
-            self.hidden = [fn(h) for h in self.hidden]
-            self.cell = [fn(c) for c in self.cell]
-        if self.window_states is not None:
-            self.window_states, self.window_ids, self.window_mask = (
-                fn(t) for t in (self.window_states, self.window_ids, self.window_mask)
-            )
-        return self
-
-    def reorder_cache(self, beam_idx: torch.LongTensor):
-        return self._map(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-    def batch_select_indices(self, indices: torch.Tensor):
-        return self._map(lambda t: t[indices])
-
-    def batch_repeat_interleave(self, repeats: int):
-        return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
-
-    def detach_(self):
-        """Cut the graph (truncated BPTT): the state and window carry values, not gradients, into the next segment."""
-        return self._map(torch.Tensor.detach)
-
-    def reset(self):
-        self.__init__()
-
-    def crop(self, max_length: int):
-        raise NotImplementedError("A recurrent state cannot be cropped.")
-
-    def state_dict(self) -> dict:
-        return dict(vars(self))
-
-    def load_state_dict(self, state: dict):
-        vars(self).update(state)
-
-
-__all__ = [
-    "AdaptiveSoftmax",
-    "PointerSentinelCache",
-    "PointerSentinelCausalLMOutput",
-    "PointerSentinelForCausalLM",
-    "PointerSentinelModel",
-    "PointerSentinelModelOutput",
-    "PointerSentinelPreTrainedModel",
-    "embedding_dropout",
-    "locked_dropout",
-    "pointer_mixture",
-    "pointer_target_log_prob",
-    "weight_drop",
-    "zoneout",
-]
+__all__ = ["AdaptiveSoftmax", "PointerSentinelCache", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM",
+           "PointerSentinelModel", "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "embedding_dropout",
+           "locked_dropout", "pointer_mixture", "pointer_target_log_prob", "weight_drop", "zoneout"]  # fmt: skip

@@ -25,7 +25,72 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 if TYPE_CHECKING:
-    from .modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM
+    from .modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+
+# ---- The recurrent cache (forward's too) ----------------------------------------------------------------------------
+
+
+class PointerSentinelCache:
+    """Everything the model carries between calls: per-layer LSTM (h, c) and the pointer window.
+
+    window_states (B, L, D), window_ids (B, L) and window_mask (B, L) hold the last L real positions, oldest first;
+    the mask is False where no token exists yet. Duck-typed on purpose: a `transformers.Cache` would make `generate`
+    build 4-D attention masks and try to compile the forward.
+    """
+
+    is_compileable = False
+    is_croppable = False  # a recurrent state cannot be rolled back
+
+    def __init__(self):
+        self.hidden: list[torch.Tensor] | None = None  # per layer (B, H_l)
+        self.cell: list[torch.Tensor] | None = None
+        self.window_states: torch.Tensor | None = None
+        self.window_ids: torch.Tensor | None = None
+        self.window_mask: torch.Tensor | None = None
+        self.seen_tokens = 0
+
+    @property
+    def batch_size(self) -> int | None:
+        return None if self.hidden is None else self.hidden[0].shape[0]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    def _map(self, fn):
+        if self.hidden is not None:
+            self.hidden = [fn(h) for h in self.hidden]
+            self.cell = [fn(c) for c in self.cell]
+        if self.window_states is not None:
+            self.window_states, self.window_ids, self.window_mask = (
+                fn(t) for t in (self.window_states, self.window_ids, self.window_mask)
+            )
+        return self
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        return self._map(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        return self._map(lambda t: t[indices])
+
+    def batch_repeat_interleave(self, repeats: int):
+        return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def detach_(self):
+        """Cut the graph (truncated BPTT): the state and window carry values, not gradients, into the next segment."""
+        return self._map(torch.Tensor.detach)
+
+    def reset(self):
+        self.__init__()
+
+    def crop(self, max_length: int):
+        raise NotImplementedError("A recurrent state cannot be cropped.")
+
+    def state_dict(self) -> dict:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict):
+        vars(self).update(state)
 
 
 class PackedWeights(NamedTuple):
@@ -37,6 +102,7 @@ class PackedWeights(NamedTuple):
     embedding: torch.Tensor  # (V, E), the model's own
     lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
     query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
+    oov_query: tuple[torch.Tensor, torch.Tensor] | None  # W~ (D, D), b~ (`config.oov_pointer`)
     output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
     adaptive: "PackedAdaptiveSoftmax | None"  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
@@ -74,6 +140,7 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
             for layer in model.model.layers]  # fmt: skip
     head = model.pointer
     query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
+    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if query and head.oov_query else None
     lm_head = model.lm_head
     adaptive = isinstance(lm_head, AdaptiveSoftmax)
     output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
@@ -81,7 +148,7 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
     if adaptive and input_first:
         packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
                                        [t(w) for w in lm_head.tail_weight])  # fmt: skip
-    return PackedWeights(model.model.embed_tokens.weight, lstm, query, output, packed, input_first)
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, output, packed, input_first)
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -89,10 +156,10 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
     vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
     from forward."""
-    from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, lstm_cell, pointer_mixture, zoneout
+    from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, embed, lstm_cell, pointer_mixture, zoneout
 
     places = Placeholders.of(model.config)
-    x = F.embedding(ids if places is None else ids.masked_fill(ids >= places.first, places.unk), w.embedding)
+    x = embed(ids, w.embedding, places, model.model.oov_embedding)
     p = model.config.zoneout
     for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
         h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
@@ -112,12 +179,17 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
         return vocab, vocab
     q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
     z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
+    if w.oov_query is not None:
+        q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
+        z = torch.where(state.ids >= places.first, (state.keys * q_oov.unsqueeze(1)).sum(-1), z)
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
+    if places is not None and w.oov_query is not None:
+        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
 
 
-def decode_state(cache: "PointerSentinelCache") -> DecodeState:
+def decode_state(cache: PointerSentinelCache) -> DecodeState:
     """The cache after the prompt as a DecodeState (copies: the cache is written back once, at the end)."""
     window = cache.window_states is not None
     return DecodeState(
@@ -127,7 +199,7 @@ def decode_state(cache: "PointerSentinelCache") -> DecodeState:
     )  # fmt: skip
 
 
-def write_back(state: DecodeState, cache: "PointerSentinelCache", steps: int):
+def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
     """The decoded steps into the cache, the window oldest first again."""
     cache.hidden, cache.cell = state.hidden, state.cell
     if state.keys is not None:
@@ -387,7 +459,6 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         return False  # the model makes its own PointerSentinelCache
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        from .modeling_pointer_sentinel import PointerSentinelCache
 
         cache = model_kwargs.get("past_key_values")
         if cache is not None:

@@ -79,6 +79,10 @@ class PointerSentinelConfig(PreTrainedConfig):
         distinct word of a text (the tokenizer assigns them and writes the words back). A placeholder reads
         `unk_token_id`'s embedding; the pointer copies it, so the mixture has vocab_size + N outputs. 0 (the
         default) keeps the closed vocabulary.
+    oov_pointer (`bool`): the placeholders get their own embedding and their own pointer query q~_t =
+        tanh(W~ h_t + b~), which scores the window's placeholder positions (q_t scores the rest): a head trained to
+        copy unseen words (`examples/train.py --oov_pointer`). Text without placeholders scores exactly as without
+        it. Needs `oov_slots` and the pointer.
     unk_token_id (`int`): the vocabulary's `<unk>`, whose softmax mass stands for every word outside the vocabulary
         (needed with `oov_slots`).
     """
@@ -109,6 +113,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     adaptive_softmax_cutoffs: list[int] = dataclasses.field(default_factory=list)
     adaptive_softmax_div_value: float = 4.0
     oov_slots: int = 0
+    oov_pointer: bool = False
     unk_token_id: int | None = None
     pad_token_id: int | None = None
     bos_token_id: int | None = None
@@ -156,6 +161,10 @@ class PointerSentinelConfig(PreTrainedConfig):
             raise ValueError(f"oov_slots must be >= 0, got {self.oov_slots}.")
         if self.oov_slots and self.unk_token_id is None:
             raise ValueError("oov_slots needs unk_token_id: a placeholder reads the <unk> embedding.")
+        if self.oov_pointer and not (self.oov_slots and self.use_pointer):
+            raise ValueError(
+                "oov_pointer needs oov_slots > 0 and use_pointer: it is the pointer's head for placeholders."
+            )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < self.vocab_size:
