@@ -115,9 +115,10 @@ def prep(corpus: Path, cache: Path, workers: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def train_command(corpus: Path, cache: Path, out: Path, steps: int, processes: int, log_every: int) -> list[str]:
+def train_command(corpus: Path, cache: Path, out: Path, steps: int, processes: int, log_every: int,
+                  batch: int = 20) -> list[str]:  # fmt: skip
     config = out.with_suffix(".json")
-    config.write_text(json.dumps({"model": MODEL, "bptt": 35, "per_device_train_batch_size": 20 // processes}))
+    config.write_text(json.dumps({"model": MODEL, "bptt": 35, "per_device_train_batch_size": batch // processes}))
     args = [str(ROOT / "examples" / "train.py"), "--train_file", str(corpus), "--data_cache_dir", str(cache),
             "--config", str(config), "--output_dir", str(out), "--max_train_steps", str(steps), "--log_every",
             str(log_every), "--num_threads", "1", "--optimizer", "sgd", "--learning_rate", "1"]  # fmt: skip
@@ -154,10 +155,10 @@ def second_start(corpus: Path, cache: Path, work: Path) -> dict:
     return {"first_step_seconds": first, "exit_seconds": time.perf_counter() - start, "peak_rss_mb": rss}
 
 
-def training_rate(corpus: Path, cache: Path, work: Path, processes: int, steps: int) -> dict:
+def training_rate(corpus: Path, cache: Path, work: Path, processes: int, steps: int, batch: int = 20) -> dict:
     out = work / f"train_{processes}"
     shutil.rmtree(out, ignore_errors=True)
-    cmd = train_command(corpus, cache, out, steps, processes, steps)
+    cmd = train_command(corpus, cache, out, steps, processes, steps, batch)
     done = subprocess.run(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
@@ -244,6 +245,7 @@ def main():
     ap.add_argument("--work", default="/tmp/pointer_sentinel_scale", help="corpora and caches (deleted after)")
     ap.add_argument("--num_proc", type=int, default=2, help="token cache workers")
     ap.add_argument("--train_steps", type=int, default=40)
+    ap.add_argument("--global_batch", type=int, default=20, help="training streams over all ranks (even)")
     ap.add_argument("--skip_training", action="store_true", help="prep and second start only")
     ap.add_argument("--pause_pids", default="/tmp/pause_pids", help="PIDs to stop while a time is taken")
     ap.add_argument("--keep", action="store_true")
@@ -277,7 +279,8 @@ def main():
             for processes in (1, 2):
                 with paused(pids):
                     row[f"train_load_{processes}"] = load()
-                    row[f"train_{processes}"] = training_rate(corpus, cache, work, processes, args.train_steps)
+                    row[f"train_{processes}"] = training_rate(corpus, cache, work, processes, args.train_steps,
+                                                                args.global_batch)  # fmt: skip
                 print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
         if not args.keep:
@@ -299,10 +302,12 @@ def main():
             f"| {s['peak_rss_mb']:,.0f} MB |"
         )
     if not args.skip_training:
-        print("\n| words | 1 process tok/s | 2 ranks tok/s | scaling efficiency |\n|---|---|---|---|")
+        print("\n| words | global batch | 1 process tok/s | 2 ranks tok/s | scaling efficiency |")
+        print("|---|---|---|---|---|")
         for r in rows:
             one, two = r["train_1"]["targets_per_s"], r["train_2"]["targets_per_s"]
-            print(f"| {r['tokens_asked'] / 1e6:,.0f}M | {one:,.0f} | {two:,.0f} | {two / (2 * one):.0%} |")
+            print(f"| {r['tokens_asked'] / 1e6:,.0f}M | {args.global_batch} | {one:,.0f} | {two:,.0f} "
+                  f"| {two / (2 * one):.0%} |")  # fmt: skip
 
 
 if __name__ == "__main__":
