@@ -93,7 +93,7 @@ MUTS = [
     (
         "oov pointer: repeat odds start at a random logit",
         M,
-        "            elif module is getattr(getattr(self, \"pointer\", None), \"oov_repeat\", None):  # r's odds start as M / g",
+        '            elif module is getattr(getattr(self, "pointer", None), "oov_repeat", None):  # r\'s odds start as M / g',
         "            elif False:",
         ["tests/test_open_vocabulary.py"],
     ),
@@ -107,8 +107,8 @@ MUTS = [
     (
         "oov pointer: its own learning rate ignored",
         T,
-        "                    group[\"lr\"] = lr * group.get(\"lr_scale\", 1.0)",
-        "                    group[\"lr\"] = lr",
+        '                    group["lr"] = lr * group.get("lr_scale", 1.0)',
+        '                    group["lr"] = lr',
         ["tests/test_open_vocabulary.py::test_train_py_oov_pointer_learns_at_its_own_rate"],
     ),
     (

@@ -340,3 +340,21 @@ def test_train_py_oov_pointer_learns_at_its_own_rate(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run("closed")
     assert "--oov_pointer needs a pointer model with oov_slots" in capsys.readouterr().err
+
+
+def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
+    """examples/configs/wt2_copy_unseen.json, the run behind the shipped oov-pointer folder: its flags parse, it grows
+    the shipped WikiText-2 pointer model's head for placeholders, and the exported folder records it."""
+    from pathlib import Path
+
+    from test_train import train_module
+
+    root = Path(__file__).resolve().parents[1]
+    config = root / "examples" / "configs" / "wt2_copy_unseen.json"
+    args = train_module().parse_args(["--config", str(config)])
+    assert (root / args.model_name_or_path / "config.json").is_file()
+    assert args.oov_pointer and args.unseen_word_rate > 0 and args.oov_pointer_learning_rate > args.learning_rate
+    record = json.loads((root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer" / "eval_results.json")
+                        .read_text())  # fmt: skip
+    assert record["training"]["command"] == "python examples/train.py --config examples/configs/wt2_copy_unseen.json"
+    assert record["training"]["recipe"]["training"] == {k: v for k, v in json.loads(config.read_text()).items()}

@@ -1,0 +1,493 @@
+"""Generation for the Pointer Sentinel-LSTM: what `generate` runs after the prompt.
+
+The fast decode step (`decode_step`: forward's arithmetic at T = 1 on packed weights and a ring window), the token
+masks and stops it applies in place of transformers' per-step lists, the stash and logits processor that mix the
+pointer into the scores, and `PointerSentinelGenerationMixin`, which holds every override of transformers' private
+generate hooks (`_sample`, `_prepare_cache_for_generation`, `_get_logits_processor`,
+`_supports_default_dynamic_cache`; `_sample` calls `_prefill` and `_update_model_kwargs_for_generation`).
+tests/test_hf_integration.py checks each hook's signature against the installed transformers.
+
+The equations are the modeling file's; it imports this module for the mixin, so this one imports it inside functions.
+"""
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from transformers import GenerationMixin, LogitsProcessor
+from transformers.generation.logits_process import (
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
+    SuppressTokensLogitsProcessor,
+)
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+if TYPE_CHECKING:
+    from .modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+
+# ---- The recurrent cache (forward's too) ----------------------------------------------------------------------------
+
+
+class PointerSentinelCache:
+    """Everything the model carries between calls: per-layer LSTM (h, c) and the pointer window.
+
+    window_states (B, L, D), window_ids (B, L) and window_mask (B, L) hold the last L real positions, oldest first;
+    the mask is False where no token exists yet. Duck-typed on purpose: a `transformers.Cache` would make `generate`
+    build 4-D attention masks and try to compile the forward.
+    """
+
+    is_compileable = False
+    is_croppable = False  # a recurrent state cannot be rolled back
+
+    def __init__(self):
+        self.hidden: list[torch.Tensor] | None = None  # per layer (B, H_l)
+        self.cell: list[torch.Tensor] | None = None
+        self.window_states: torch.Tensor | None = None
+        self.window_ids: torch.Tensor | None = None
+        self.window_mask: torch.Tensor | None = None
+        self.seen_tokens = 0
+
+    @property
+    def batch_size(self) -> int | None:
+        return None if self.hidden is None else self.hidden[0].shape[0]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.seen_tokens
+
+    def _map(self, fn):
+        if self.hidden is not None:
+            self.hidden = [fn(h) for h in self.hidden]
+            self.cell = [fn(c) for c in self.cell]
+        if self.window_states is not None:
+            self.window_states, self.window_ids, self.window_mask = (
+                fn(t) for t in (self.window_states, self.window_ids, self.window_mask)
+            )
+        return self
+
+    def reorder_cache(self, beam_idx: torch.LongTensor):
+        return self._map(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_select_indices(self, indices: torch.Tensor):
+        return self._map(lambda t: t[indices])
+
+    def batch_repeat_interleave(self, repeats: int):
+        return self._map(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def detach_(self):
+        """Cut the graph (truncated BPTT): the state and window carry values, not gradients, into the next segment."""
+        return self._map(torch.Tensor.detach)
+
+    def reset(self):
+        self.__init__()
+
+    def crop(self, max_length: int):
+        raise NotImplementedError("A recurrent state cannot be cropped.")
+
+    def state_dict(self) -> dict:
+        return dict(vars(self))
+
+    def load_state_dict(self, state: dict):
+        vars(self).update(state)
+
+
+class PackedWeights(NamedTuple):
+    """The weights as the decode step reads them. Input dimension first (`input_first`): a (1, in) @ (in, out)
+    product streams the matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out,
+    in) layout. An exported graph keeps (out, in): its runtime lays weights out itself, and a tied embedding then
+    stays one tensor in the file."""
+
+    embedding: torch.Tensor  # (V, E), the model's own
+    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
+    query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
+    oov_query: tuple[torch.Tensor, torch.Tensor] | None  # W~ (D, D), b~ (`config.oov_pointer`)
+    output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
+    adaptive: "PackedAdaptiveSoftmax | None"  # the adaptive softmax's matrices, input first only
+    input_first: bool  # the matrices above transposed, (in, out)
+
+
+class PackedAdaptiveSoftmax(NamedTuple):
+    """The adaptive softmax's matrices for the decode step: its head matrix (frequent words' rows, then the
+    clusters'), and each tail's P_i and W_i, transposed (in, out); the biases are the module's own."""
+
+    head: torch.Tensor
+    tail_proj: list[torch.Tensor]
+    tail_weight: list[torch.Tensor]
+
+
+class DecodeState(NamedTuple):
+    """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
+    (keys, ids, valid) of which `slot` is the next to write. Attention is a softmax over the slots and the mixture
+    sums per word, so their order does not matter; the cache gets them back oldest first."""
+
+    hidden: list[torch.Tensor]
+    cell: list[torch.Tensor]
+    keys: torch.Tensor | None  # (B, L, D)
+    ids: torch.Tensor | None  # (B, L)
+    valid: torch.Tensor | None  # (B, L)
+    slot: torch.Tensor  # () long
+
+
+def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) -> PackedWeights:
+    from .modeling_pointer_sentinel import AdaptiveSoftmax
+
+    def t(w):  # (out, in): the parameter itself, so an exporter sees tied weights as one tensor
+        return w.detach().t().contiguous() if input_first else w
+
+    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1).detach()), (layer.bias_ih + layer.bias_hh).detach())
+            for layer in model.model.layers]  # fmt: skip
+    head = model.pointer
+    query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
+    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if query and head.oov_query else None
+    lm_head = model.lm_head
+    adaptive = isinstance(lm_head, AdaptiveSoftmax)
+    output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
+    packed = None
+    if adaptive and input_first:
+        packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
+                                       [t(w) for w in lm_head.tail_weight])  # fmt: skip
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, output, packed, input_first)
+
+
+def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
+    """One token per row, ids (B,) -> (log p_mix (B, V + oov_slots), the vocabulary logits (B, V)): forward's
+    arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
+    vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
+    from forward."""
+    from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, embed, lstm_cell, pointer_mixture, zoneout
+
+    places = Placeholders.of(model.config)
+    x = embed(ids, w.embedding, places, model.model.oov_embedding)
+    p = model.config.zoneout
+    for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
+        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
+        if p > 0:  # zoneout at evaluation: the expectation
+            h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
+        h.copy_(h_new)
+        c.copy_(c_new)
+        x = h_new
+    vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
+    if state.keys is None:
+        return vocab, vocab
+    state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
+    state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
+    state.valid.index_fill_(1, state.slot, True)
+    state.slot.add_(1).remainder_(state.keys.shape[1])
+    if not mix:
+        return vocab, vocab
+    q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
+    z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
+    if w.oov_query is not None:
+        q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
+        z = torch.where(state.ids >= places.first, (state.keys * q_oov.unsqueeze(1)).sum(-1), z)
+    log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
+    vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
+    if places is not None and w.oov_query is not None:
+        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
+    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
+
+
+def decode_state(cache: PointerSentinelCache) -> DecodeState:
+    """The cache after the prompt as a DecodeState (copies: the cache is written back once, at the end)."""
+    window = cache.window_states is not None
+    return DecodeState(
+        [h.clone() for h in cache.hidden], [c.clone() for c in cache.cell],
+        cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
+        cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
+    )  # fmt: skip
+
+
+def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
+    """The decoded steps into the cache, the window oldest first again."""
+    cache.hidden, cache.cell = state.hidden, state.cell
+    if state.keys is not None:
+        shift = -int(state.slot)
+        cache.window_states, cache.window_ids, cache.window_mask = (
+            torch.roll(t, shift, 1) for t in (state.keys, state.ids, state.valid)
+        )
+    cache.seen_tokens += steps
+
+
+class _TokenMask(LogitsProcessor):
+    """-inf on fixed sets of tokens, each while the sequence is shorter than its `until` length: transformers'
+    SuppressTokens, MinLength and MinNewTokensLength processors (next to each other in a list) as one index_fill.
+    Theirs each build a (V,) mask with arange + isin and apply it with where at every call: passes over V that at
+    V = 10k on one CPU thread cost as much as the decode step's own pointwise work. The ids to mask change only
+    where a length passes an `until`, so they are found again only there. It masks in place: the decode loop hands
+    it scores that nothing else holds."""
+
+    def __init__(self, tokens: torch.Tensor, until: float):
+        self.parts, self.ids = [(tokens.reshape(-1), until)], None
+        self.valid_from, self.valid_below = math.inf, -math.inf  # the lengths the ids hold for: none yet
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        n = input_ids.shape[-1]
+        if not self.valid_from <= n < self.valid_below:
+            ids = torch.cat([t for t, until in self.parts if n < until] or [self.parts[0][0][:0]])
+            ids = ids.to(scores.device).unique()
+            self.ids = ids[(ids >= 0) & (ids < scores.shape[-1])]  # theirs ignores ids outside the vocabulary
+            untils = [u for _, u in self.parts]
+            self.valid_from = max([u for u in untils if u <= n], default=-math.inf)
+            self.valid_below = min([u for u in untils if u > n], default=math.inf)
+        return scores if self.ids.numel() == 0 else scores.index_fill_(-1, self.ids, -torch.inf)
+
+
+def _mask_once(processors):
+    """The decode loop's processors as one callable: the fixed-mask ones replaced by `_TokenMask`, every other one as
+    given, called in turn. `LogitsProcessorList` reads each processor's signature at every call (0.1 ms a step)
+    to pass extra keyword arguments, and `_sample` passes none."""
+    out = []
+    for p in processors:
+        if type(p) is SuppressTokensLogitsProcessor:
+            p = _TokenMask(p.suppress_tokens, math.inf)
+        elif type(p) is MinLengthLogitsProcessor:
+            p = _TokenMask(p.eos_token_id, p.min_length)
+        elif type(p) is MinNewTokensLengthLogitsProcessor:
+            p = _TokenMask(p.eos_token_id, p.prompt_length_to_skip + p.min_new_tokens)
+        if isinstance(p, _TokenMask) and out and isinstance(out[-1], _TokenMask):
+            out[-1].parts += p.parts
+        else:
+            out.append(p)
+
+    def call(input_ids, scores):
+        for p in out:
+            scores = p(input_ids, scores)
+        return scores
+
+    return call
+
+
+class _Stop:
+    """The stopping criteria as one callable: generate's usual pair, max length and EOS ids, as an int comparison and
+    one isin (transformers' list allocates and ORs a flag tensor per criterion at every step); any other list as
+    given. For the usual pair `one(length, token)` is the same test on a single row's token read to the host."""
+
+    def __init__(self, criteria):
+        self.criteria = criteria
+        self.usual = all(type(c) in (MaxLengthCriteria, EosTokenCriteria) for c in criteria) and not any(
+            getattr(c, "max_position_embeddings", None) is not None for c in criteria
+        )
+        if not self.usual:
+            return
+        self.max_length = min((c.max_length for c in criteria if type(c) is MaxLengthCriteria), default=math.inf)
+        eos = [c.eos_token_id.reshape(-1) for c in criteria if type(c) is EosTokenCriteria]
+        self.eos = torch.cat(eos) if eos else None
+        self.eos_ids = frozenset(self.eos.tolist()) if eos else frozenset()
+
+    def one(self, n: int, token: int) -> bool:
+        return n >= self.max_length or token in self.eos_ids
+
+    def __call__(self, input_ids, scores):
+        if not self.usual:
+            return self.criteria(input_ids, scores)
+        B, n = input_ids.shape
+        if n >= self.max_length:
+            return torch.ones(B, dtype=torch.bool, device=input_ids.device)
+        if self.eos is None:
+            return torch.zeros(B, dtype=torch.bool, device=input_ids.device)
+        if self.eos.numel() == 1:  # half the time of isin at batch 1
+            return input_ids[:, -1] == self.eos[0]
+        return torch.isin(input_ids[:, -1], self.eos.to(input_ids.device))
+
+
+class PointerStash:
+    """Per-`generate` hand-off from forward to `PointerSentinelLogitsProcessor`: the last position's gate,
+    attention and window ids. The forward then returns the vocabulary logits and the processor mixes; `mix=False`
+    (generate's `pointer_mix=False`) leaves the vocabulary softmax alone."""
+
+    def __init__(self, mix: bool = True, decode_step: str = "fast"):
+        self.mix, self.decode_step = mix, decode_step
+        self.log_gate: torch.Tensor | None = None
+        self.pointer_probs: torch.Tensor | None = None
+        self.window_ids: torch.Tensor | None = None
+        self.placeholders = None  # the model's `Placeholders`, or None for a closed vocabulary
+
+
+class PointerSentinelLogitsProcessor(LogitsProcessor):
+    """Mixes the pointer's mass over the current window into the vocabulary scores (§2.6: at prediction time at
+    most L word probabilities are mixed). Returns log p_mix, so warpers that follow act on the mixture. The model
+    puts it first in generate's processor list; pass `pointer_mix=False` to `generate` to skip it."""
+
+    def __init__(self, stash: PointerStash):
+        self.stash = stash
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        from .modeling_pointer_sentinel import _upcast, pointer_mixture
+
+        s = self.stash
+        if s.log_gate is None:
+            raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
+        log_probs = torch.log_softmax(_upcast(scores), -1)
+        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
+
+
+class PointerSentinelGenerationMixin(GenerationMixin):
+    """`generate` for `PointerSentinelForCausalLM`: greedy search and sampling on the fast decode step, the pointer
+    mixed first among the logits processors, and the model's own recurrent cache."""
+
+    def generate(self, *args, pointer_mix: bool | None = None, decode_step: str = "fast", **kwargs):
+        r"""
+        pointer_mix: False samples from the vocabulary softmax alone (default True: the pointer mixture).
+        decode_step: how greedy search and sampling run after the prompt. "fast" (default): `decode_step`, one
+            token per call on packed weights and a preallocated state and window, the same tokens and scores as
+            "forward"; "compiled": that step under `torch.compile`, which pays only over long generations (compiling
+            takes many seconds, once per model and batch size); "forward": the model's forward at each token, in
+            transformers' own loop. Beam search always uses the forward.
+        """
+        if decode_step not in ("fast", "compiled", "forward"):
+            raise ValueError(f'decode_step must be "fast", "compiled" or "forward", got {decode_step!r}.')
+        config = kwargs.get("generation_config") or self.generation_config
+        if kwargs.get("penalty_alpha", getattr(config, "penalty_alpha", None)):
+            raise ValueError(
+                "Contrastive search is not supported: it scores candidate tokens and rolls the cache back, and a "
+                "recurrent state cannot be rolled back. Use greedy, sampling or beam search."
+            )
+        ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        mask = kwargs.get("attention_mask")
+        # generate drops an all-ones mask before the forward sees it, so check the shape here.
+        if isinstance(ids, torch.Tensor) and isinstance(mask, torch.Tensor) and mask.shape != ids.shape:
+            raise ValueError(
+                f"attention_mask of shape {tuple(mask.shape)} does not fit the prompt's input_ids of shape "
+                f"{tuple(ids.shape)}: give one mask entry per prompt token."
+            )
+        # Both travel in the per-call stash (a model kwarg), not in the generation config.
+        kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)
+        return super().generate(*args, **kwargs)
+
+    def _sample(self, input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus=False,
+                streamer=None, **model_kwargs):  # fmt: skip
+        """Greedy search and sampling. After the prompt (transformers' prefill), each token is one `decode_step`
+        instead of a forward call; token selection, processors, stopping criteria, streamer and outputs are those
+        of transformers' `_sample`. Falls back to it where the step does not apply."""
+        stash = model_kwargs.get("pointer_stash") or PointerStash()
+        if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
+                or model_kwargs.get("past_key_values") is None):  # fmt: skip
+            return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
+                                   streamer, **model_kwargs)  # fmt: skip
+        outputs = self._prefill(input_ids, generation_config, model_kwargs)
+        model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs)
+        cache = model_kwargs["past_key_values"]
+        weights, state = self._packed_weights(), decode_state(cache)
+        step = self._compiled_decode_step() if stash.decode_step == "compiled" else decode_step
+        mix = stash.mix and self.pointer is not None
+        # The prompt's last position comes from forward, which leaves the mixing to the pointer's processor.
+        later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+        processors, step_scores = logits_processor, logits
+        del outputs
+
+        pad = generation_config._pad_token_tensor
+        has_eos, stop = any(hasattr(c, "eos_token_id") for c in stopping_criteria), _Stop(stopping_criteria)
+        keep = generation_config.return_dict_in_generate
+        scores = () if keep and generation_config.output_scores else None
+        raw_logits = () if keep and generation_config.output_logits else None
+        B, n = input_ids.shape
+        unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
+        one_row = B == 1 and stop.usual  # a single row's stop is a Python test on its token
+        # The sequences grow in place in one buffer (a cat per token copies them all); processors see views.
+        buffer = input_ids.new_empty(B, max(generation_config.max_length, n + 1))  # max length stops it there
+        buffer[:, :n] = input_ids
+        steps = 0
+        while True:
+            next_scores = processors(input_ids, step_scores)
+            if scores is not None:
+                scores += (next_scores,)
+            if raw_logits is not None:
+                raw_logits += (logits,)
+            if generation_config.do_sample:
+                tokens = torch.multinomial(F.softmax(next_scores, -1), num_samples=1).squeeze(1)
+            else:
+                tokens = torch.argmax(next_scores, -1)
+            if has_eos and B > 1:  # finished rows continue with padding (a single row stops when it finishes)
+                tokens = torch.where(unfinished, tokens, pad)
+            buffer.select(1, n).copy_(tokens)
+            n += 1
+            input_ids = buffer.narrow(1, 0, n)
+            if one_row:  # reads the token to the host once, as any() below would
+                done = stop.one(n, tokens.item())
+            else:
+                unfinished &= ~stop(input_ids, scores)
+                done = not unfinished.any()
+            if streamer is not None:
+                streamer.put(tokens.cpu())
+            if done:
+                break
+            log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
+            steps += 1
+            logits = vocab.float()
+            # later masks in place, so it gets scores of its own, never the logits kept for output_logits
+            step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits
+            processors = later
+        write_back(state, cache, steps)
+        if streamer is not None:
+            streamer.end()
+        input_ids = input_ids.contiguous()
+        if keep:
+            return GenerateDecoderOnlyOutput(sequences=input_ids, scores=scores, logits=raw_logits,
+                                             past_key_values=cache)  # fmt: skip
+        return input_ids
+
+    def compute_transition_scores(self, sequences, scores, beam_indices=None, normalize_logits=False):
+        """transformers' own, reading the scores at their width: with placeholders the mixture has vocab_size +
+        oov_slots outputs, and transformers indexes the scores by config.vocab_size."""
+        config, vocab_size = self.config, self.config.vocab_size
+        config.vocab_size = scores[0].shape[-1]
+        try:
+            return super().compute_transition_scores(sequences, scores, beam_indices, normalize_logits)
+        finally:
+            config.vocab_size = vocab_size
+
+    def _packed_weights(self) -> "PackedWeights":
+        """`pack_weights`, kept while the parameters are unchanged (same tensors, dtype, device and version)."""
+        key = tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in self.parameters())
+        if getattr(self, "_packed", (None,))[0] != key:
+            self._packed = (key, pack_weights(self))
+        return self._packed[1]
+
+    def _compiled_decode_step(self):
+        """`decode_step` under torch.compile. Compiled code is specialised per model and, from the second batch size
+        on, compiled once for any batch size; without fullgraph, past torch's recompile limit the step runs eagerly
+        (with torch's warning) rather than failing (tests/test_fast_decode.py holds the step to one graph)."""
+        if getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = torch.compile(decode_step)
+        return self._compiled_step
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False  # the model makes its own PointerSentinelCache
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+
+        cache = model_kwargs.get("past_key_values")
+        if cache is not None:
+            if not isinstance(cache, PointerSentinelCache) and type(cache).__name__ != "PointerSentinelCache":
+                raise ValueError(f"past_key_values must be a PointerSentinelCache, got {type(cache).__name__}.")
+            cache._is_user_defined = True
+        elif generation_config.use_cache is not False:
+            model_kwargs["past_key_values"] = PointerSentinelCache()
+
+    def _get_logits_processor(self, generation_config, *args, model_kwargs=None, **kwargs):
+        processors = super()._get_logits_processor(generation_config, *args, model_kwargs=model_kwargs, **kwargs)
+        if self.pointer is not None and model_kwargs is not None:
+            # Forward hands the pointer to this stash and returns vocabulary logits; the processor mixes first,
+            # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
+            stash = model_kwargs.setdefault("pointer_stash", PointerStash())
+            if stash.mix:
+                processors.insert(0, PointerSentinelLogitsProcessor(stash))
+        return processors
+
+
+__all__ = [
+    "DecodeState",
+    "PackedAdaptiveSoftmax",
+    "PackedWeights",
+    "PointerSentinelGenerationMixin",
+    "PointerSentinelLogitsProcessor",
+    "PointerStash",
+    "decode_state",
+    "decode_step",
+    "pack_weights",
+    "write_back",
+]

@@ -1,0 +1,966 @@
+"""Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016, "Pointer Sentinel Mixture Models").
+
+The file follows the data: embedding and regularisers, LSTM layer, pointer head and window, mixture and loss, the
+models, then the recurrent cache; what `generate` runs is in generation_pointer_sentinel.py. Equations, by the paper's
+sections:
+
+§2.1 softmax-RNN.   x_t = E w_t;  (h^l_t, c^l_t) = LSTM_l(h^{l-1}_t, h^l_{t-1}, c^l_{t-1});  h_t = h^N_t
+                    p_vocab(w) = softmax(U h_t + b)                                                       (2.1)
+                    or Grave et al.'s adaptive softmax (2017), ids in frequency order, cutoffs c_0 < ... < c_n = V:
+                    p_vocab(w) = p_head(w) for w < c_0, else p_head(cluster i) p_i(w) for w in [c_i, c_{i+1})
+§2.2 pointer.       q = tanh(W h_t + b_q)                                                                 (2.2a)
+                    z_i = q^T h_i  for i in the window t-L+1 ... t (the current position included)       (2.2b)
+                    p_ptr(w) = sum_{i in window, x_i = w} a_i: mass on h_i goes to its input token x_i    (2.2c)
+§2.3 mixture.       p(w) = g p_vocab(w) + (1 - g) p_ptr(w)                                                (2.3)
+§2.4 sentinel gate. a = softmax([z; q^T s]),  g = a[sentinel], so the pointer's share 1 - g is the attention's
+                    own mass and (2.3) becomes p(w) = g p_vocab(w) + sum_{i: x_i = w} a_i                 (2.4)
+                    The switch ablation (Gulcehre et al.'s pointer softmax): g = sigmoid(MLP(h_t)), a = (1 - g)
+                    softmax(z).
+§2.5 loss.          -log p(y_t), plus the optional auxiliary -log(g + sum_{i in window, x_i = y_t} a_i)    (2.5)
+§2.6 computation.   Training needs p(y_t) alone: log(g p_vocab(y) + sum_{x_i = y} a_i) in log space, with no
+                    vocabulary-sized mixture; prediction mixes at most L vocabulary entries.              (2.6)
+
+Regularisers (all off by default; AWD-LSTM, Merity et al. 2017, and zoneout, Krueger et al. 2017, the paper's):
+    embedding dropout: whole rows of E;  locked dropout: one mask per sequence, shared over time;
+    weight drop: DropConnect on W_hh, one mask per call;  zoneout: each unit keeps its previous h / c with
+    probability p (at evaluation, the expectation h = p h_prev + (1 - p) h_new).
+
+The recurrent state and the window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked
+== whole-sequence at evaluation. `pointer_mixture` (2.4) and `pointer_target_log_prob` (2.5/2.6) are the only
+implementations of the mixture; forward, the logits processor and evaluation use them. Open vocabulary
+(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding (or,
+with `config.oov_pointer`, the placeholders' own, and the pointer scores them with its own query), the pointer copies
+it (2.4), and <unk>'s vocabulary share is split between them and a new word (`split_unknown`).
+"""
+
+import math
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils import ModelOutput
+
+from .configuration_pointer_sentinel import PointerSentinelConfig
+from .generation_pointer_sentinel import (
+    PackedAdaptiveSoftmax,
+    PointerSentinelCache,
+    PointerSentinelGenerationMixin,
+    PointerStash,
+)
+
+# ---- Regularisers ---------------------------------------------------------------------------------------------------
+
+
+def embedding_dropout(weight: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Drops whole words: each row of the embedding matrix is zeroed with probability p, the rest scaled."""
+    if not training or p == 0:
+        return weight
+    return weight * weight.new_empty(weight.shape[0], 1).bernoulli_(1 - p) / (1 - p)
+
+
+def locked_dropout(x: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Variational dropout on (B, T, D): one mask per sequence (B, 1, D), shared over time (Gal & Ghahramani)."""
+    if not training or p == 0:
+        return x
+    mask = x.new_empty(x.shape[0], 1, x.shape[2]).bernoulli_(1 - p) / (1 - p)
+    return x * mask
+
+
+def weight_drop(w_hh: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """DropConnect on the hidden-to-hidden matrix: one mask for every step of the call. The dropped matrix stays in
+    the graph, so W_hh itself trains (wrapping it in a new Parameter, a widely copied fix, cuts the gradient)."""
+    return F.dropout(w_hh, p, training) if p else w_hh
+
+
+def zoneout_masks(p: float, steps: int, h: torch.Tensor) -> torch.Tensor:
+    """Keep masks for h and c over all steps at once, (2, T, B, H): 1 keeps a unit's previous value (prob. p)."""
+    return torch.empty(2, steps, *h.shape, dtype=h.dtype, device=h.device).bernoulli_(p)
+
+
+def zoneout(new: torch.Tensor, previous: torch.Tensor, keep: torch.Tensor | float) -> torch.Tensor:
+    """keep * previous + (1 - keep) * new; `keep` is a 0/1 mask in training and p at evaluation (the expectation)."""
+    return torch.lerp(new, previous, keep)
+
+
+# ---- LSTM layer (§2.1) ----------------------------------------------------------------------------------------------
+
+
+class PointerSentinelLSTMLayer(nn.Module):
+    """One LSTM layer with weight drop and zoneout, on the fused `torch.lstm` kernel (cuDNN on GPU) where it can:
+    zoneout and padded (masked) inputs need the step loop."""
+
+    def __init__(self, input_size: int, hidden_size: int, weight_drop: float, zoneout: float):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.weight_drop, self.zoneout = weight_drop, zoneout
+        self.weight_ih = nn.Parameter(torch.empty(4 * hidden_size, input_size))
+        self.weight_hh = nn.Parameter(torch.empty(4 * hidden_size, hidden_size))
+        self.bias_ih = nn.Parameter(torch.empty(4 * hidden_size))
+        self.bias_hh = nn.Parameter(torch.empty(4 * hidden_size))
+
+    def forward(self, x, h0, c0, mask=None, split: int | None = None):
+        """x (B, T, I), h0/c0 (B, H), mask (B, T) bool or None -> outputs (B, T, H), h (B, H), c (B, H), and the
+        state after the first `split` steps (None without split)."""
+        w_hh = weight_drop(self.weight_hh, self.weight_drop, self.training)
+        weights = _one_chunk([self.weight_ih, w_hh, self.bias_ih, self.bias_hh], x)
+        if not split:
+            return *self._run(x, h0, c0, mask, weights), None
+        m1, m2 = (None, None) if mask is None else (mask[:, :split], mask[:, split:])
+        out1, h1, c1 = self._run(x[:, :split], h0, c0, m1, weights)
+        out2, h, c = self._run(x[:, split:], h1, c1, m2, weights)
+        return torch.cat([out1, out2], 1), h, c, (h1, c1)
+
+    def _run(self, x, h0, c0, mask, weights):
+        if x.shape[1] == 0:
+            return x.new_zeros(x.shape[0], 0, self.hidden_size), h0, c0
+        if self.zoneout == 0 and (mask is None or x.shape[1] == 1):
+            out, h, c = _fused_lstm(x, h0, c0, weights, self.training)
+            if mask is not None:  # one step (decoding): a padded row keeps its state, decided on the device
+                h, c = torch.where(mask, h, h0), torch.where(mask, c, c0)
+                out = h[:, None]
+            return out, h, c
+        return self._step_loop(x, h0, c0, mask, weights)
+
+    def _step_loop(self, x, h, c, mask, weights):
+        """One step at a time. Both biases fold into one input projection for all steps and zoneout draws its masks
+        for all steps at once, so a step is one matmul and a few pointwise ops (which `torch.compile` fuses)."""
+        w_ih, w_hh, b_ih, b_hh = weights
+        x_proj = F.linear(x, w_ih, b_ih + b_hh)
+        p, T = self.zoneout, x.shape[1]
+        keep = zoneout_masks(p, T, h) if p > 0 and self.training else None
+        outputs = []
+        for t in range(T):
+            h_new, c_new = lstm_cell(torch.addmm(x_proj[:, t], h.to(x_proj.dtype), w_hh.t()), c)
+            if p > 0:
+                keep_h, keep_c = (keep[0, t], keep[1, t]) if keep is not None else (p, p)
+                h_new, c_new = zoneout(h_new, h, keep_h), zoneout(c_new, c, keep_c)
+            if mask is not None:  # padding neither moves the state nor produces a new output
+                m = mask[:, t, None]
+                h_new, c_new = torch.where(m, h_new, h), torch.where(m, c_new, c)
+            h, c = h_new, c_new
+            outputs.append(h)
+        return torch.stack(outputs, 1), h, c
+
+
+def lstm_cell(gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2.1) one LSTM step from its pre-activations [i, f, g, o] (B, 4H) and the cell c (B, H): returns (h, c).
+    Plain pointwise ops, so `torch.compile` fuses them into one kernel (`nn.LSTM` is opaque to it)."""
+    i, f, g, o = gates.chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _fused_lstm(x, h0, c0, weights, training):
+    """torch.lstm over the whole chunk; under autocast, outside it in the dtype `_lstm_dtype` picks."""
+    if torch.is_autocast_enabled(x.device.type):
+        dtype = _lstm_dtype(x.device.type, weights[0].dtype)
+        with torch.autocast(x.device.type, enabled=False):  # the weights are in that dtype already (`_one_chunk`)
+            return _fused_lstm(x.to(dtype), h0.to(dtype), c0.to(dtype), weights, training)
+    out, h, c = torch.lstm(x, (h0[None], c0[None]), weights, True, 1, 0.0, training, False, True)
+    return out, h[0], c[0]
+
+
+def _lstm_dtype(device_type: str, weight_dtype: torch.dtype) -> torch.dtype:
+    """The LSTM's dtype under autocast. CUDA: autocast's own. Torch's autocast runs cuDNN's LSTM in float16 whatever
+    that is, and bf16 training has no loss scaler: 7% of a 2x650 LSTM's weight gradients underflowed to zero
+    (benchmarks/cuda_checks.py on an H200), where cuDNN's own bf16 LSTM loses none at the same speed. CPU: the
+    weights' dtype, since oneDNN's bf16 LSTM needs CPU support that many machines lack (it fails to build its
+    primitive)."""
+    return torch.get_autocast_dtype("cuda") if device_type == "cuda" else weight_dtype
+
+
+def _one_chunk(weights: list[torch.Tensor], x: torch.Tensor) -> list[torch.Tensor]:
+    """cuDNN wants a layer's four tensors as views of one buffer; otherwise it warns and re-packs them on every
+    call (weight drop and autocast both make new tensors). One cat in the compute dtype gives it that buffer."""
+    if not x.is_cuda:
+        return weights
+    dtype = _lstm_dtype("cuda", weights[0].dtype) if torch.is_autocast_enabled("cuda") else weights[0].dtype
+    flat = torch.cat([w.reshape(-1) for w in weights]).to(dtype)
+    return [t.view_as(w) for t, w in zip(flat.split([w.numel() for w in weights]), weights, strict=True)]
+
+
+# ---- Pointer head and window (§2.2, §2.4) ---------------------------------------------------------------------------
+
+
+def sliding_window(memory: torch.Tensor, L: int) -> torch.Tensor:
+    """The pointer's window, defined once. memory (B, L+T, *) holds the L positions before this call, then this
+    call's T. Returns the view (B, T, *, L) whose row t holds positions t-L+1 ... t (oldest first, current last);
+    the cache keeps row T-1, the last L entries of memory."""
+    return memory[:, 1:].unfold(1, L, 1)
+
+
+def window_scores(q: torch.Tensor, keys: torch.Tensor, L: int) -> torch.Tensor:
+    """(2.2b) z[b, t, j] = q_t . k for the j-th state k of sliding_window(keys, L): (B, T, D), (B, L+T, D) ->
+    (B, T, L), without materialising that (B, T, D, L) view.
+
+    Queries in blocks of b = min(T, L) score the b+L-1 keys they can see with one matmul per block (O(T L D) work
+    for any T; one block while decoding or for T <= L), and each (b, b+L-1) score block's band, row r at columns
+    r ... r+L-1, is read off as a strided view: in the flattened block, row r's band starts r (b+L) elements in.
+    """
+    B, T, D = q.shape
+    b = min(T, L)
+    n = -(-T // b)
+    if n * b != T:  # pad the last block (scores of padded queries are dropped)
+        q, keys = F.pad(q, (0, 0, 0, n * b - T)), F.pad(keys, (0, 0, 0, n * b - T))
+    blocks = []
+    for j in range(0, n * b, b):
+        scores = q[:, j : j + b] @ keys[:, j + 1 : j + b + L].transpose(1, 2)  # (B, b, b+L-1)
+        blocks.append(scores.flatten(-2).unfold(-1, L, b + L))  # (B, b, L)
+    return torch.cat(blocks, 1)[:, :T] if n > 1 else blocks[0]
+
+
+def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
+    """The newest L positions of t (B, n, *), with empty (zero / False) slots in front when n < L."""
+    if t.shape[1] >= L:
+        return t[:, t.shape[1] - L :]
+    return torch.cat([t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:]), t], 1)
+
+
+class PointerSentinelHead(nn.Module):
+    """Pointer attention over the window and the gate between pointer and vocabulary softmax."""
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__()
+        d = config.output_size
+        self.gate_type = config.gate_type
+        self.query = nn.Linear(d, d)  # (2.2a) W, b_q
+        # q~ = tanh(W~ h + b~) scores placeholder positions: copying an unseen word is learned apart from the
+        # closed-vocabulary pointer, which it leaves exactly as it was
+        self.oov_query = nn.Linear(d, d) if config.oov_pointer else None
+        self.oov_repeat = nn.Linear(d, 1) if config.oov_pointer else None  # r's logit (`split_unknown`)
+        if config.gate_type == "sentinel":
+            self.sentinel = nn.Parameter(torch.empty(d))  # (2.4) s
+        else:  # the switch ablation: g = sigmoid(MLP(h_t))
+            self.switch = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
+
+    def forward(self, h, keys, valid, oov=None):
+        """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk]; valid (B, T, L) the window's real
+        positions; oov (B, T, L) its placeholders (with `oov_query`). Returns log g (B, T) and log a (B, T, L) over
+        positions t-L+1 ... t."""
+        L = valid.shape[-1]
+        q = torch.tanh(self.query(h))  # (2.2a)
+        z = window_scores(q, keys, L)  # (2.2b)
+        if self.oov_query is not None:
+            z = torch.where(oov, window_scores(torch.tanh(self.oov_query(h)), keys, L), z)
+        return self.attend(h, q, z, valid)
+
+    def attend(self, h, q, z, valid):
+        """The window's scores z (..., L) and queries q (..., D) -> log g (...) and log a (..., L)."""
+        z = z.masked_fill(~valid, -torch.inf)
+        if self.gate_type == "sentinel":  # (2.4)
+            log_a = torch.log_softmax(torch.cat([z, (q @ self.sentinel).unsqueeze(-1)], -1), -1)
+            return log_a[..., -1], log_a[..., :-1]
+        # Switch: a padded position with an empty window gets g = 1 rather than a softmax over nothing.
+        any_valid = valid.any(-1, keepdim=True)
+        log_ptr = torch.log_softmax(z.masked_fill(~any_valid, 0), -1).masked_fill(~valid, -torch.inf)
+        switch = self.switch(h).squeeze(-1).masked_fill(~any_valid.squeeze(-1), torch.inf)
+        return F.logsigmoid(switch), log_ptr + F.logsigmoid(-switch).unsqueeze(-1)
+
+
+class Pointer(NamedTuple):
+    """The pointer's output for one call: log g (B, T), log a (B, T, L), the window's token ids (B, T, L) and, with
+    `oov_pointer`, r's logit (B, T)."""
+
+    log_gate: torch.Tensor
+    log_attention: torch.Tensor
+    window_ids: torch.Tensor
+    repeat_logit: torch.Tensor | None = None
+
+
+# ---- Vocabulary softmax, mixture and loss (§2.1, §2.3-2.6) ----------------------------------------------------------
+
+
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Half-precision scores are mixed in float32: log-probabilities of rare words underflow in bf16."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, input_first: bool) -> torch.Tensor:
+    """x W^T + b for W stored (out, in) as torch stores it, or x W + b for W stored input first, (in, out): the decode
+    step's layout (`PackedWeights`)."""
+    if not input_first:
+        return F.linear(x, weight, bias)
+    return x @ weight if bias is None else torch.addmm(bias, x, weight)
+
+
+def _safe_log(x: torch.Tensor) -> torch.Tensor:
+    """log(x) with -inf where x == 0 and a zero (not NaN) gradient there."""
+    positive = x > 0
+    return torch.where(positive, torch.log(torch.where(positive, x, torch.ones_like(x))), -torch.inf)
+
+
+class AdaptiveSoftmax(nn.Module):
+    """(2.1) p_vocab as Grave et al.'s adaptive softmax: the head is a softmax over the c_0 frequent words and one
+    token per tail cluster i = [c_i, c_{i+1}); p_i = softmax(W_i P_i h + b_i) over cluster i's words, where P_i
+    projects h to d // div^(i+1) units. Returns normalised log-probabilities.
+
+    `weight` holds the head's rows of the frequent words. With tied embeddings transformers ties it to the whole
+    embedding matrix (`_tied_weights_keys`) and the head reads its first c_0 rows: no copy, and the gradient reaches
+    the embedding. The cluster tokens' rows, the biases and the tails are the head's own.
+    """
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__()
+        d, cut = config.output_size, config.adaptive_softmax_cutoffs
+        self.cutoffs = [*cut, config.vocab_size]
+        sizes = [b - a for a, b in pairwise(self.cutoffs)]
+        widths = [int(d // config.adaptive_softmax_div_value ** (i + 1)) for i in range(len(cut))]
+        self.weight = nn.Parameter(torch.empty(cut[0], d))
+        self.cluster_weight = nn.Parameter(torch.empty(len(cut), d))
+        self.head_bias = nn.Parameter(torch.empty(cut[0] + len(cut)))  # not `bias`: tying pads a `bias` to V rows
+        self.tail_proj = nn.ParameterList(nn.Parameter(torch.empty(w, d)) for w in widths)  # P_i
+        self.tail_weight = nn.ParameterList(nn.Parameter(torch.empty(n, w)) for n, w in zip(sizes, widths, strict=True))
+        self.tail_bias = nn.ParameterList(nn.Parameter(torch.empty(n)) for n in sizes)  # b_i
+
+    def head_weight(self) -> torch.Tensor:
+        """The head's matrix (c_0 + n, D): the frequent words' rows, then one row per cluster."""
+        return torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
+
+    def head_log_probs(self, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+        """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
+        weight = packed.head if packed else self.head_weight()
+        return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)
+
+    def tail_log_probs(self, i: int, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+        """log p_i (..., c_{i+1} - c_i): cluster i's words given the cluster."""
+        source, first = (packed, True) if packed else (self, False)
+        projected = _linear(h, source.tail_proj[i], None, first)
+        tail = _linear(projected, source.tail_weight[i], self.tail_bias[i], first)
+        return torch.log_softmax(_upcast(tail), -1)
+
+    def forward(self, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+        """log p_vocab (..., V); `packed` (2-D h only): the same from the decode step's transposed matrices."""
+        head, c0 = self.head_log_probs(h, packed), self.cutoffs[0]
+        tails = (head[..., c0 + i, None] + self.tail_log_probs(i, h, packed) for i in range(len(self.tail_proj)))
+        return torch.cat([head[..., :c0], *tails], -1)
+
+    def target_log_prob(self, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """log p_vocab(y) (...) for targets y (...), without the (..., V) tensor: the head at every position, each
+        tail only where it is needed. Finding the positions whose target is in a cluster takes a host read of their
+        count: on the CPU that read is free, and each tail runs on its positions alone (torch's
+        AdaptiveLogSoftmaxWithLoss does the same). On an accelerator it would stall the device, and under
+        torch.compile break the graph, so there each tail runs at every position and a mask keeps its targets."""
+        head, c0 = self.head_log_probs(h), self.cutoffs[0]
+        log_p = head.gather(-1, y.clamp(max=c0 - 1).unsqueeze(-1)).squeeze(-1)
+        select = h.device.type == "cpu" and not torch.compiler.is_compiling()
+        for i, (lo, hi) in enumerate(pairwise(self.cutoffs)):
+            in_cluster = (y >= lo) & (y < hi)
+            rows = (lambda t, m=in_cluster: t[m]) if select else (lambda t: t)
+            word = self.tail_log_probs(i, rows(h)).gather(-1, (rows(y) - lo).clamp(0, hi - lo - 1).unsqueeze(-1))
+            value = rows(head[..., c0 + i]) + word.squeeze(-1)
+            log_p = log_p.masked_scatter(in_cluster, value) if select else torch.where(in_cluster, value, log_p)
+        return log_p
+
+
+class Placeholders(NamedTuple):
+    """Ids first ... first + n - 1 stand for the words of a text that the vocabulary lacks, one id per distinct word
+    (`config.oov_slots`; the tokenizer assigns them); unk is `<unk>`'s id. repeat_logit (per position, with
+    `config.oov_pointer`): the logit of r, the chance that a word outside the vocabulary is one the window holds."""
+
+    first: int
+    n: int
+    unk: int
+    repeat_logit: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, config) -> "Placeholders | None":
+        return cls(config.vocab_size, config.oov_slots, config.unk_token_id) if config.oov_slots else None
+
+
+def embed(ids: torch.Tensor, weight: torch.Tensor, places: Placeholders | None, oov_embedding=None) -> torch.Tensor:
+    """E[x_t]; a placeholder reads the placeholders' own embedding (`config.oov_pointer`), else <unk>'s."""
+    if places is None:
+        return F.embedding(ids, weight)
+    oov = ids >= places.first
+    x = F.embedding(ids.masked_fill(oov, places.unk), weight)
+    return x if oov_embedding is None else torch.where(oov.unsqueeze(-1), oov_embedding.to(x.dtype), x)
+
+
+def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, places: Placeholders):
+    """`<unk>`'s vocabulary share u = g p_vocab(<unk>) stands for every word outside the vocabulary. The window's
+    placeholders (pointer mass M in all) and a new word share it: the placeholders u r, each in proportion to its
+    copy mass m_k, and a new word u (1 - r). r, the chance that the word repeats one the window holds, has the odds
+    the pointer gives its placeholders against the sentinel, M / g, times exp(`places.repeat_logit`), learned with
+    `config.oov_pointer` (else 0: a new word keeps u g / (g + M), m_k grows by m_k u / (g + M)). Returns whether the
+    window holds a placeholder, log(u (1 - r)) and log(1 + u r / M); without one, log u and 0 exactly, so text
+    without placeholders scores as with a closed vocabulary."""
+    oov = (window_ids >= places.first) & (log_attention > -torch.inf)
+    has = oov.any(-1)
+    # Rows without a placeholder take finite dummies, then the exact values: NaN-free gradients.
+    log_M = torch.logsumexp(log_attention.masked_fill(~oov, -torch.inf).masked_fill(~has.unsqueeze(-1), 0), -1)
+    log_odds = log_M - log_gate
+    if places.repeat_logit is not None:
+        log_odds = log_odds + _upcast(places.repeat_logit)
+    log_u = log_gate + vocab_unk_log_prob
+    log_new = torch.where(has, log_u + F.logsigmoid(-log_odds), log_u)
+    log_grow = torch.where(has, log_u + F.logsigmoid(log_odds) - log_M, -torch.inf)
+    return has, log_new, torch.log1p(torch.exp(log_grow))
+
+
+def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor,
+                    window_ids: torch.Tensor, placeholders: Placeholders | None = None) -> torch.Tensor:  # fmt: skip
+    """(2.4) log p(w) = log(g p_vocab(w) + sum_{i: x_i = w} a_i) over the vocabulary, touching only the window's
+    <= L entries after one pass over V (§2.6). With `placeholders`, V + n outputs: the pointer's mass on a
+    placeholder goes to it, and `<unk>`'s share is split as `split_unknown` says.
+
+    vocab_log_probs (..., V), log_gate (...), pointer_probs (..., L) with 0 on empty slots, window_ids (..., L).
+    Finite wherever the mixture is positive, also for g = 0 or a window word with p_vocab = 0.
+    """
+    log_p = vocab_log_probs + log_gate.unsqueeze(-1)
+    if placeholders is not None:
+        log_p = F.pad(log_p, (0, placeholders.n), value=-torch.inf)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, pointer_probs))):
+        # No gradient (decoding, scoring): scatter the mass per word; duplicate ids then write equal values.
+        mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, pointer_probs).gather(-1, window_ids)
+        mixed = log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), torch.log(mass)))
+    else:
+        # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
+        same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
+        word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
+        m = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
+        # Every copy of a word writes the same value; only the first copy carries the gradient, or it would count twice
+        first = ~(same_word & torch.ones_like(same_word).tril(-1)).any(-1)
+        mixed = log_p.scatter(-1, window_ids, torch.where(first, m, m.detach()))
+    if placeholders is None:
+        return mixed
+    V, _, unk, _ = placeholders
+    log_a = _safe_log(pointer_probs)
+    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], log_a, window_ids, placeholders)
+    # <unk> keeps the new word's share and the pointer's mass on literal <unk> positions
+    log_unk = torch.logaddexp(log_new, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
+    log_unk = torch.where(has, log_unk, mixed[..., unk]).unsqueeze(-1)
+    return torch.cat([mixed[..., :unk], log_unk, mixed[..., unk + 1 : V], mixed[..., V:] + log_grow[..., None]], -1)
+
+
+def pointer_target_log_prob(
+    vocab_target_log_prob: torch.Tensor,
+    log_gate: torch.Tensor,
+    log_attention: torch.Tensor,
+    window_ids: torch.Tensor,
+    targets: torch.Tensor,
+    placeholders: Placeholders | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(2.6) log p(y) of the mixture and (2.5) log(g + sum_{x_i = y} a_i), for the targets alone (no vocabulary-
+    sized tensor). Everything is in log space; the gradient stays finite when g -> 0 or y is absent from the window.
+    With `placeholders`, a placeholder target's vocab_target_log_prob is `<unk>`'s, which the split reads; one the
+    window does not hold (a first occurrence) is a new word, so it scores as `<unk>`.
+    """
+    if placeholders is not None:
+        V, _, unk, _ = placeholders
+        absent = (targets >= V) & ~(window_ids == targets.unsqueeze(-1)).any(-1)
+        targets = torch.where(absent, unk, targets)
+    hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
+    any_hit = hit.any(-1)
+    # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
+    pointer = torch.logsumexp(log_attention.masked_fill(~hit, -torch.inf).masked_fill(~any_hit.unsqueeze(-1), 0), -1)
+    pointer = pointer.masked_fill(~any_hit, -torch.inf)
+    vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
+    if placeholders is not None:
+        # at the targets that read them (<unk>, placeholders) log_new and log_grow see <unk>'s p_vocab
+        has, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, placeholders)
+        copy = targets >= V
+        vocab = torch.where(copy, -torch.inf, torch.where(has & (targets == unk), log_new, vocab))
+        pointer = torch.where(copy, pointer + log_grow, pointer)
+    return torch.logaddexp(vocab, pointer), hit_or_gate
+
+
+# ---- Outputs --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PointerSentinelModelOutput(ModelOutput):
+    """
+    last_hidden_state (B, T, D): h_t, the last LSTM layer's outputs after output dropout (what the heads read).
+    past_key_values (`PointerSentinelCache`): the recurrent state after this call (the pointer window in it is
+        the causal-LM head's).
+    hidden_states: the embeddings and every LSTM layer's outputs, each (B, T, *), when requested.
+    split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    past_key_values: "PointerSentinelCache | None" = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+
+
+@dataclass
+class PointerSentinelCausalLMOutput(ModelOutput):
+    """
+    loss: mean -log p(y) of the mixture over counted targets (+ pointer_loss_weight * pointer_loss).
+    logits (B, T', V): log p_mix, normalised (so softmax(logits) is the model's distribution); plain vocabulary
+        logits when `use_pointer=False` (log p_vocab with the adaptive softmax). T' follows `logits_to_keep`. None
+        in a training-mode call with labels: the loss needs no vocabulary-sized mixture (§2.6), as transformers'
+        fused-loss forwards skip logits there.
+    past_key_values (`PointerSentinelCache`): recurrent state and pointer window after this call.
+    hidden_states: the embeddings and every LSTM layer's outputs, when requested.
+    vocab_logits (B, T', V): U h_t + b, the RNN softmax component (None where `logits` is); with the adaptive
+        softmax, log p_vocab itself (normalised: its softmax is p_vocab).
+    gate (B, T): g, the sentinel's share (1 where `use_pointer=False`).
+    pointer_attention (B, T, L): a on positions t-L+1 ... t (oldest first, current last), 0 where no token.
+    pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.5).
+    last_hidden_state (B, T, D): h_t as the heads see it (after output dropout).
+    split_state: (hidden, cell) per layer after the first `split_state_at` tokens, when asked for.
+    target_log_probs (B, T'): log p(y_t) of the mixture for each counted target, 0 elsewhere (with labels; T' is
+        shift_labels' length).
+    vocab_target_log_probs (B, T'): log p_vocab(y_t), the RNN softmax alone (g forced to 1), 0 elsewhere.
+    """
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    past_key_values: "PointerSentinelCache | None" = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    vocab_logits: torch.FloatTensor | None = None
+    gate: torch.FloatTensor | None = None
+    pointer_attention: torch.FloatTensor | None = None
+    pointer_loss: torch.FloatTensor | None = None
+    last_hidden_state: torch.FloatTensor | None = None
+    split_state: tuple[list[torch.Tensor], list[torch.Tensor]] | None = None
+    target_log_probs: torch.FloatTensor | None = None
+    vocab_target_log_probs: torch.FloatTensor | None = None
+
+
+class _Loss(NamedTuple):
+    loss: torch.Tensor
+    pointer_loss: torch.Tensor | None
+    target_log_probs: torch.Tensor
+    vocab_target_log_probs: torch.Tensor
+    vocab_logits: torch.Tensor | None  # U h_t + b on the labelled positions (None: the adaptive softmax)
+    vocab_log_probs: torch.Tensor | None  # their log-softmax, reused by the report when it covers the same positions
+
+
+# ---- Models ---------------------------------------------------------------------------------------------------------
+
+
+class PointerSentinelPreTrainedModel(PreTrainedModel):
+    config_class = PointerSentinelConfig
+    config: PointerSentinelConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    _is_stateful = True  # generate refuses assisted decoding, which would need to roll the state back
+    _no_split_modules = ["PointerSentinelLSTMLayer"]
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except Exception as e:  # a damaged weights file: say which, without transformers' long traceback
+            if type(e).__name__ != "SafetensorError":
+                raise
+            raise OSError(f"Cannot read the weights in {pretrained_model_name_or_path}: {e}. The file is damaged "
+                          "or incomplete; save or download it again.") from None  # fmt: skip
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # transformers writes auto_map only for the saved class; list all three so AutoModel works remotely too.
+        self.config.auto_map = {
+            "AutoConfig": "configuration_pointer_sentinel.PointerSentinelConfig",
+            "AutoModel": "modeling_pointer_sentinel.PointerSentinelModel",
+            "AutoModelForCausalLM": "modeling_pointer_sentinel.PointerSentinelForCausalLM",
+        }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """AWD-LSTM / PyTorch-word-LM init: embeddings and softmax U(+-init_range), the rest U(+-1/sqrt(fan))."""
+        r = self.config.init_range
+        if isinstance(module, nn.Embedding):
+            init.uniform_(module.weight, -r, r)
+        elif isinstance(module, PointerSentinelModel) and module.oov_embedding is not None:
+            init.uniform_(module.oov_embedding, -r, r)
+        elif isinstance(module, PointerSentinelLSTMLayer):
+            bound = 1 / math.sqrt(module.hidden_size)
+            for p in (module.weight_ih, module.weight_hh, module.bias_ih, module.bias_hh):
+                init.uniform_(p, -bound, bound)
+        elif isinstance(module, AdaptiveSoftmax):  # output rows as the full softmax's, projections by fan-in
+            for w in (module.weight, module.cluster_weight, *module.tail_weight):
+                init.uniform_(w, -r, r)
+            for p in module.tail_proj:
+                init.uniform_(p, -1 / math.sqrt(p.shape[1]), 1 / math.sqrt(p.shape[1]))
+            for b in (module.head_bias, *module.tail_bias):
+                init.zeros_(b)
+        elif isinstance(module, PointerSentinelHead):
+            if module.gate_type == "sentinel":
+                bound = 1 / math.sqrt(module.sentinel.numel())
+                init.uniform_(module.sentinel, -bound, bound)
+        elif isinstance(module, nn.Linear):
+            if module is getattr(self, "lm_head", None):
+                init.uniform_(module.weight, -r, r)
+                init.zeros_(module.bias)
+            elif module is getattr(getattr(self, "pointer", None), "oov_repeat", None):  # r's odds start as M / g
+                init.zeros_(module.weight)
+                init.zeros_(module.bias)
+            else:
+                bound = 1 / math.sqrt(module.in_features)
+                init.uniform_(module.weight, -bound, bound)
+                init.uniform_(module.bias, -bound, bound)
+
+
+def _check_ids(name: str, ids: torch.Tensor, vocab_size: int, allow_ignore: bool = False):
+    """Range check where it is free: on an accelerator reading the range back would stall the device on every call
+    (an out-of-range id then fails inside the kernel), and under torch.compile it breaks the graph."""
+    if ids.device.type != "cpu" or torch.compiler.is_compiling():
+        return
+    real = ids[ids != -100] if allow_ignore else ids
+    if real.numel() == 0:
+        return
+    lo, hi = (int(v) for v in torch.aminmax(real))
+    if lo < 0 or hi >= vocab_size:
+        extra = " (or -100 to ignore a position)" if allow_ignore else ""
+        raise ValueError(f"{name} must lie in [0, {vocab_size}){extra}, got values in [{lo}, {hi}].")
+
+
+class PointerSentinelModel(PointerSentinelPreTrainedModel):
+    """Embeddings and the LSTM stack, a plain LSTM: tokens -> h_t, plus the recurrent state. The pointer and its
+    window of past states belong to `PointerSentinelForCausalLM`."""
+
+    # Loading this base model from a causal-LM checkpoint leaves the heads' weights unused, as intended.
+    _keys_to_ignore_on_load_unexpected = [r"^pointer\.", r"^lm_head\."]
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.oov_embedding = nn.Parameter(torch.empty(config.embedding_size)) if config.oov_pointer else None
+        n = config.num_hidden_layers
+        sizes = [config.embedding_size] + [config.hidden_size] * (n - 1) + [config.output_size]
+        self.layers = nn.ModuleList(
+            PointerSentinelLSTMLayer(sizes[i], sizes[i + 1], config.weight_drop, config.zoneout) for i in range(n)
+        )
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
+    def _validate(self, input_ids, mask, cache, split_state_at):
+        if input_ids is None or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a (batch, sequence) tensor of token ids.")
+        B, T = input_ids.shape
+        if T == 0 or B == 0:
+            raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
+        _check_ids("input_ids", input_ids, self.config.vocab_size + self.config.oov_slots)
+        seen = cache.seen_tokens if cache is not None else 0
+        # The mask covers this call (T columns) or, as generate passes it, the whole sequence so far.
+        if mask is not None and (mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] not in (T, seen + T)):
+            raise ValueError(
+                f"attention_mask of shape {tuple(mask.shape)} does not fit input_ids of shape {tuple(input_ids.shape)}"
+                f" after {seen} cached tokens: give ({B}, {T}) or ({B}, {seen + T})."
+            )
+        if cache is not None and cache.batch_size is not None and cache.batch_size != B:
+            raise ValueError(f"The cache holds a batch of {cache.batch_size}, input_ids a batch of {B}.")
+        if split_state_at is not None and not 0 < split_state_at <= T:
+            raise ValueError(f"split_state_at must lie in [1, {T}] (the tokens of this call), got {split_state_at}.")
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: "PointerSentinelCache | None" = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        split_state_at: int | None = None,
+        **kwargs,
+    ):
+        r"""
+        split_state_at: also return the recurrent state after this many tokens (`split_state`). Sliding-window
+            training carries it to the next window, which starts there, without a second forward pass.
+        """
+        _reject_unsupported(kwargs)
+        self._validate(input_ids, attention_mask, past_key_values, split_state_at)
+        cfg = self.config
+        output_hidden_states = output_hidden_states if output_hidden_states is not None else cfg.output_hidden_states
+        return_dict = return_dict if return_dict is not None else cfg.return_dict
+        B, T = input_ids.shape
+        mask = _call_mask(attention_mask, T)
+        if mask is not None and T > 1 and not torch.compiler.is_compiling() and bool(mask.all()):
+            mask = None  # an unpadded chunk takes the fused kernel: one host read per masked multi-token call
+        cache = past_key_values if past_key_values is not None else PointerSentinelCache()
+        if cache.hidden is None:
+            cache.hidden = [input_ids.new_zeros(B, layer.hidden_size, dtype=self.dtype) for layer in self.layers]
+            cache.cell = [h.clone() for h in cache.hidden]
+
+        weight = embedding_dropout(self.embed_tokens.weight, cfg.embedding_dropout, self.training)
+        x = embed(input_ids, weight, Placeholders.of(cfg), self.oov_embedding)
+        all_hidden = [x] if output_hidden_states else None
+        x = locked_dropout(x, cfg.input_dropout, self.training)
+        new_h, new_c, split_h, split_c = [], [], [], []
+        for i, layer in enumerate(self.layers):
+            x, h, c, at_split = layer(x, cache.hidden[i], cache.cell[i], mask, split_state_at)
+            new_h.append(h)
+            new_c.append(c)
+            if at_split is not None:
+                split_h.append(at_split[0])
+                split_c.append(at_split[1])
+            if output_hidden_states:
+                all_hidden.append(x)
+            last = i == len(self.layers) - 1
+            x = locked_dropout(x, cfg.output_dropout if last else cfg.hidden_dropout, self.training)
+        # The state keeps the parameters' dtype: a bf16 state from an autocast call would break a later fp32 call.
+        cache.hidden, cache.cell = [h.to(self.dtype) for h in new_h], [c.to(self.dtype) for c in new_c]
+        cache.seen_tokens += T
+
+        use_cache = use_cache if use_cache is not None else (cfg.use_cache and not self.training)
+        out = PointerSentinelModelOutput(
+            last_hidden_state=x,
+            past_key_values=cache if (use_cache or past_key_values is not None) else None,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            split_state=(split_h, split_c) if split_state_at else None,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+def _call_mask(attention_mask, T):
+    """The mask of this call's T positions as bool: generate passes the mask of the whole sequence so far."""
+    return None if attention_mask is None else attention_mask[:, -T:].bool()
+
+
+def _reject_unsupported(kwargs: dict):
+    """One clear error for inputs transformers models often take but this one cannot honour."""
+    if kwargs.get("inputs_embeds") is not None:
+        raise ValueError("inputs_embeds is not supported: the pointer copies input tokens, so pass input_ids.")
+    if kwargs.get("output_attentions"):
+        raise ValueError(
+            "output_attentions is not supported: the model has no self-attention layers. The pointer's attention "
+            "over its window is returned as `pointer_attention`."
+        )
+    # generate hands its `tokenizer` (for stop strings) on to forward, as to every transformers model
+    unknown = set(kwargs) - {"inputs_embeds", "output_attentions", "shift_labels", "num_items_in_batch", "tokenizer"}
+    if unknown:
+        raise TypeError(f"forward() got unexpected keyword arguments {sorted(unknown)}.")
+
+
+def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
+    """The causal-LM forward's checks of its targets and settings (the base model checks input_ids)."""
+    L = config.pointer_window
+    if not isinstance(L, int) or L < 1:
+        raise ValueError(f"config.pointer_window must be a positive integer, got {L!r}.")
+    if isinstance(logits_to_keep, int) and logits_to_keep < 0:
+        raise ValueError(f"logits_to_keep must be >= 0 (0 keeps every position), got {logits_to_keep}.")
+    if input_ids is None:
+        return  # the base model reports it
+    if labels is not None and shift_labels is None:
+        if labels.shape != input_ids.shape:
+            raise ValueError(
+                f"labels shape {tuple(labels.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
+            )
+        _check_ids("labels", labels, config.vocab_size + config.oov_slots, allow_ignore=True)
+    if shift_labels is not None:
+        if (
+            shift_labels.dim() != 2
+            or shift_labels.shape[0] != input_ids.shape[0]
+            or not 0 < shift_labels.shape[1] <= input_ids.shape[1]
+        ):
+            raise ValueError(
+                f"shift_labels shape {tuple(shift_labels.shape)} does not fit input_ids shape "
+                f"{tuple(input_ids.shape)}: give (batch, T') targets for the last T' <= T positions."
+            )
+        _check_ids("shift_labels", shift_labels, config.vocab_size + config.oov_slots, allow_ignore=True)
+
+
+class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinelGenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: PointerSentinelConfig):
+        super().__init__(config)
+        self.model = PointerSentinelModel(config)
+        if config.adaptive_softmax_cutoffs:
+            self.lm_head = AdaptiveSoftmax(config)
+        else:
+            self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # (2.1) U, b
+        self.pointer = PointerSentinelHead(config) if config.use_pointer else None
+        self.post_init()
+
+    def get_output_embeddings(self):
+        # The adaptive softmax is no (V, D) output matrix: code that resizes or skips "the" output embedding must not
+        # take it for one. Tying goes by `_tied_weights_keys` alone.
+        return None if self.config.adaptive_softmax_cutoffs else self.lm_head
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        if self.config.adaptive_softmax_cutoffs:
+            raise ValueError("resize_token_embeddings cannot resize the adaptive softmax: its clusters are fixed by "
+                             "adaptive_softmax_cutoffs; build a new model for the new vocabulary.")  # fmt: skip
+        return super().resize_token_embeddings(*args, **kwargs)
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head = new_embeddings
+
+    # --- step 1: the pointer over its window (§2.2, §2.4) --------------------------------------------------------
+    def _pointer_memory(self, cache, h, input_ids, mask):
+        """The pointer's keys, their ids and validity, (B, L+T, *): the cached window, then this call. The cache
+        keeps the last L *real* positions: padding (right padding included) never evicts a real one. The keys stay
+        in h's (compute) dtype; only the L kept states are stored in the parameters' dtype."""
+        L = self.config.pointer_window
+        if cache.window_states is None:
+            cache.window_states = h.new_zeros(h.shape[0], 0, h.shape[-1], dtype=self.dtype)
+            cache.window_ids = input_ids.new_zeros(h.shape[0], 0)
+            cache.window_mask = torch.zeros(h.shape[0], 0, dtype=torch.bool, device=h.device)
+        valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        keys = torch.cat([_left_fit(cache.window_states, L).to(h.dtype), h], 1)
+        ids = torch.cat([_left_fit(cache.window_ids, L), input_ids], 1)
+        key_valid = torch.cat([_left_fit(cache.window_mask, L), valid], 1)
+        if mask is None:  # every new position is real, and empty slots only ever sit in front
+            keep = slice(-L, None)
+            cache.window_states, cache.window_ids, cache.window_mask = keys[:, keep], ids[:, keep], key_valid[:, keep]
+        else:  # a stable sort moves padding in front, real positions keep their order: keep the last L of those
+            order = torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
+            cache.window_states = keys.gather(1, order.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
+            cache.window_ids, cache.window_mask = ids.gather(1, order), key_valid.gather(1, order)
+        cache.window_states = cache.window_states.to(self.dtype)
+        return keys, ids, key_valid
+
+    def _pointer(self, cache, h, input_ids, mask) -> Pointer:
+        keys, key_ids, key_valid = self._pointer_memory(cache, h, input_ids, mask)
+        L = self.config.pointer_window
+        window_ids, head = sliding_window(key_ids, L), self.pointer
+        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), window_ids >= self.config.vocab_size)
+        repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
+        return Pointer(log_gate, log_attention, window_ids, repeat_logit)
+
+    # --- step 2: the loss on the targets alone (§2.5, §2.6) ------------------------------------------------------
+    def _loss(self, h, shift_labels, mask, pointer: Pointer | None, num_items_in_batch) -> _Loss:
+        """Every position is computed and the uncounted ones are masked out: boolean indexing would sync the host
+        and give data-dependent shapes (a graph break under torch.compile)."""
+        B, T, _ = h.shape
+        Tl = shift_labels.shape[1]
+        at = slice(T - Tl, None)  # the positions that have targets
+        counted = shift_labels != -100
+        if mask is not None:
+            counted = counted & mask[:, at]
+        y, places = shift_labels.masked_fill(~counted, 0), Placeholders.of(self.config)
+        # p_vocab of a placeholder target is <unk>'s, for a new word (the copies are the pointer's)
+        y_vocab = y if places is None else y.masked_fill(y >= places.first, places.unk)
+        if isinstance(self.lm_head, AdaptiveSoftmax):  # (2.1) for the targets alone
+            vocab_logits = vocab_log_probs = None
+            vocab_lp = self.lm_head.target_log_prob(h[:, at], y_vocab)
+        else:
+            vocab_logits = self.lm_head(h[:, at])
+            vocab_log_probs = torch.log_softmax(_upcast(vocab_logits), -1)  # (2.1), the one pass over V
+            vocab_lp = vocab_log_probs.gather(-1, y_vocab.unsqueeze(-1)).squeeze(-1)
+        n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
+        vocab_target = torch.where(counted, vocab_lp.detach(), 0)
+        if pointer is None:
+            return _Loss(-torch.where(counted, vocab_lp, 0).sum() / n, None, vocab_target, vocab_target,
+                         vocab_logits, vocab_log_probs)  # fmt: skip
+        if places is not None and pointer.repeat_logit is not None:
+            places = places._replace(repeat_logit=pointer.repeat_logit[:, at])
+        log_p, log_gate_or_hit = pointer_target_log_prob(
+            vocab_lp, _upcast(pointer.log_gate[:, at]), _upcast(pointer.log_attention[:, at]),
+            pointer.window_ids[:, at], y, places,
+        )  # fmt: skip
+        loss = -torch.where(counted, log_p, 0).sum() / n
+        pointer_loss = -torch.where(counted, log_gate_or_hit, 0).sum() / n
+        if self.config.pointer_loss_weight:
+            loss = loss + self.config.pointer_loss_weight * pointer_loss
+        return _Loss(loss, pointer_loss, torch.where(counted, log_p.detach(), 0), vocab_target, vocab_logits,
+                     vocab_log_probs)  # fmt: skip
+
+    # --- step 3: the mixture over the vocabulary, for scoring and generation (§2.4) ------------------------------
+    def _report(self, h, pointer: Pointer | None, loss: _Loss | None, logits_to_keep, pointer_stash):
+        """(logits, vocab_logits) at the kept positions. Next to a loss the mixture is a report: it carries no
+        gradient, and reuses the loss's log-softmax when it covers the same positions."""
+        T = h.shape[1]
+        if loss is not None and loss.vocab_logits is not None and loss.vocab_logits.shape[1] == T:
+            vocab_logits = slice_logits_to_keep(loss.vocab_logits, logits_to_keep)
+            vocab_log_probs = slice_logits_to_keep(loss.vocab_log_probs, logits_to_keep)
+        else:
+            vocab_logits = self.lm_head(slice_logits_to_keep(h, logits_to_keep))
+            vocab_log_probs = vocab_logits if isinstance(self.lm_head, AdaptiveSoftmax) else None  # normalised
+        places = Placeholders.of(self.config)
+        if places is not None and pointer is not None and pointer.repeat_logit is not None:
+            r = pointer.repeat_logit
+            r = r[:, -1] if pointer_stash is not None else slice_logits_to_keep(r[..., None], logits_to_keep)[..., 0]
+            places = places._replace(repeat_logit=r)
+        if pointer is None:  # placeholders cannot be copied: probability 0 (generate never picks them)
+            pad = places is not None and pointer_stash is None
+            return (F.pad(vocab_logits, (0, places.n), value=-torch.inf) if pad else vocab_logits), vocab_logits
+        if pointer_stash is not None:  # generate: the processor normalises once, then mixes the last position
+            pointer_stash.log_gate = pointer.log_gate[:, -1]
+            pointer_stash.pointer_probs = pointer.log_attention[:, -1].exp()
+            pointer_stash.window_ids = pointer.window_ids[:, -1]
+            pointer_stash.placeholders = places
+            return vocab_logits, vocab_logits
+        if vocab_log_probs is None:
+            vocab_log_probs = torch.log_softmax(_upcast(vocab_logits), -1)
+        kept = [slice_logits_to_keep(t, logits_to_keep) for t in (pointer.log_attention, pointer.window_ids)]
+        log_gate = slice_logits_to_keep(pointer.log_gate.unsqueeze(-1), logits_to_keep).squeeze(-1)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and loss is None):
+            logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]).exp(), kept[1], places)
+        return logits, vocab_logits
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        past_key_values: "PointerSentinelCache | None" = None,
+        use_cache: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        pointer_stash: PointerStash | None = None,
+        split_state_at: int | None = None,
+        **kwargs,
+    ):
+        r"""
+        labels (B, T): as input_ids, shifted inside; -100 is ignored.
+        shift_labels (B, T') with T' <= T, a keyword argument: targets already aligned with the last T' inputs (y_t
+            for position t), so truncated BPTT loses no target at chunk ends, and positions that only feed the
+            pointer window (T - T' in front) skip the vocabulary softmax. When given, `labels` is ignored (as in
+            transformers' causal-LM loss).
+        num_items_in_batch, a keyword argument: the loss is sum / num_items_in_batch (Trainer's gradient
+            accumulation) instead of the mean.
+        logits_to_keep: int k keeps the last k positions (0 = all), a tensor keeps those positions; the loss never
+            needs the mixture over the vocabulary.
+        pointer_stash: set by generate; the forward then returns the vocabulary logits and leaves the mixing of
+            the last position to `PointerSentinelLogitsProcessor`.
+
+        In training mode with labels, `logits` and `vocab_logits` are None: the loss needs p(y) alone (§2.6), and
+        the vocabulary-sized mixture would cost as much again as the rest of the step. Call in eval mode for them.
+        """
+        _reject_unsupported(kwargs)
+        shift_labels, num_items_in_batch = kwargs.get("shift_labels"), kwargs.get("num_items_in_batch")
+        _validate_targets(self.config, input_ids, labels, shift_labels, logits_to_keep)
+        if labels is not None and shift_labels is None:
+            shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
+        cache = past_key_values if past_key_values is not None else PointerSentinelCache()
+        base = self.model(input_ids, attention_mask, cache, True, output_hidden_states, return_dict=True,
+                          split_state_at=split_state_at)  # fmt: skip
+        h = base.last_hidden_state  # (B, T, D)
+        B, T, _ = h.shape
+        mask = _call_mask(attention_mask, T)
+        pointer = self._pointer(cache, h, input_ids, mask) if self.pointer is not None else None
+        loss = self._loss(h, shift_labels, mask, pointer, num_items_in_batch) if shift_labels is not None else None
+        if self.training and loss is not None:
+            logits = vocab_logits = None
+        else:
+            logits, vocab_logits = self._report(h, pointer, loss, logits_to_keep, pointer_stash)
+        L = self.config.pointer_window
+        out = PointerSentinelCausalLMOutput(
+            loss=None if loss is None else loss.loss,
+            logits=logits,
+            past_key_values=cache if (use_cache or past_key_values is not None) else None,
+            hidden_states=base.hidden_states,
+            vocab_logits=vocab_logits,
+            gate=h.new_ones(B, T) if pointer is None else pointer.log_gate.exp(),
+            pointer_attention=h.new_zeros(B, T, L) if pointer is None else pointer.log_attention.exp(),
+            pointer_loss=None if loss is None else loss.pointer_loss,
+            last_hidden_state=h,
+            split_state=base.split_state,
+            target_log_probs=None if loss is None else loss.target_log_probs,
+            vocab_target_log_probs=None if loss is None else loss.vocab_target_log_probs,
+        )
+        return out if return_dict else out.to_tuple()
+
+
+__all__ = ["AdaptiveSoftmax", "PointerSentinelCache", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM",
+           "PointerSentinelModel", "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "embedding_dropout",
+           "locked_dropout", "pointer_mixture", "pointer_target_log_prob", "weight_drop", "zoneout"]  # fmt: skip
