@@ -76,6 +76,12 @@ def test_model_card_renamed_names_table_is_the_benchmarks_file():
                      f"{w['mean_log_p']:.2f}"]  # fmt: skip
             assert cells in table, (cells, table)
         assert f"{r['cases']:,} positions, {r['in_window']:,} with the previous occurrence" in " ".join(card.split())
+    # the prose's ratios: the fine-tuned folder's renamed/real top-1 rate and log p gap in the window
+    tuned = next(r for r in results if r["model"].endswith("-oov-pointer"))
+    real, renamed = tuned["real"]["in_window"], tuned["renamed"]["in_window"]
+    words = " ".join(card.split())
+    assert f"at {renamed['top1'] / real['top1']:.0%} of the real name's rate in the window" in words
+    assert f"a mean log p {real['mean_log_p'] - renamed['mean_log_p']:.2f} nats below" in words
 
 
 def test_model_card_lm_eval_table_is_its_results_file():
@@ -158,3 +164,37 @@ def test_readme_kill_and_resume_is_its_transcript():
     final = [line.split(" | train_minutes")[0] for line in block if line.startswith("validation_ppl ")]
     assert len(kill) == 1 and len(resumed) == 1 and len(final) == 2 and final[0] == final[1], block
     assert "all equal to the uninterrupted run's" in read("results/distributed/kill_resume_cpu.txt")
+
+
+def test_readme_unseen_names_are_their_results_file():
+    """The README's open-vocabulary continuation and return rates are results/open_vocabulary/unseen_names_wt2.json:
+    the fine-tuned folder's greedy continuation of the prompt shown, and per decoding the prompts (greedy, beam) or
+    the mean share of samples with an unseen word back, for it and for the folder it was tuned from."""
+    results = {r["model"]: r for r in json.loads(read("results/open_vocabulary/unseen_names_wt2.json"))}
+    words = " ".join(read("README.md").split())
+    tuned, base = results["wt2-pointer-sentinel-lstm-2x200-oov-pointer"], results["wt2-pointer-sentinel-lstm-2x200"]
+    shown = next(p for p in tuned["prompts"] if p["prompt"].startswith("\nThe Quarrington River"))
+    assert '`"' + shown["prompt"].replace("\n", "\\n") + '"`' in words
+    assert f"with `{shown['greedy']['continuations'][0]}`" in words
+
+    def rates(r):
+        n = len(r["prompts"])
+        found = [sum(p[k]["with_an_unseen_word"] > 0 for p in r["prompts"]) for k in ("greedy", "beam")]
+        return found, n, sum(p["sample"]["with_an_unseen_word"] for p in r["prompts"]) / n
+
+    (greedy, beam), n, sampled = rates(tuned)
+    assert f"{greedy} of {n} greedy, {beam} of {n} beam and {sampled:.0%} of sampled continuations" in words
+    (greedy, beam), n, sampled = rates(base)
+    assert f"tuned from: {greedy}, {beam}, {sampled:.0%};" in words
+
+
+def test_model_card_oov_pointer_row_is_its_files():
+    """The fine-tuned folder's row: params, valid, test, <unk> rate (eval_results.json) and UPP (its UPP file)."""
+    folder = "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
+    record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
+    upp = json.loads((ROOT / "results" / "open_vocabulary" / f"upp_{folder}.json").read_text())
+    assert upp["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-6)
+    cells = [f"`{folder}`", f"{record['params'] / 1e6:.2f}M", f"{record['validation']['ppl']:.2f}",
+             f"{record['test']['ppl']:.2f}", f"{record['unk_rate']['test']:.2%}",
+             f"{upp['upp']['ppl']:.2f}"]  # fmt: skip
+    assert cells in rows(read("model_card.md"), f"`{folder}`")
