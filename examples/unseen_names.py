@@ -30,6 +30,11 @@ DECODING = {
 }
 
 
+def words_back(unseen: list[str], text: str) -> list[str]:
+    """The unseen words that `text` holds as whole words (not inside a longer word)."""
+    return [w for w in unseen if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text)]
+
+
 def continuations(folder: str, prompts: list[str], max_new_tokens: int, samples: int, seed: int) -> dict:
     import torch
     from transformers import AutoTokenizer, pipeline, set_seed
@@ -48,7 +53,7 @@ def continuations(folder: str, prompts: list[str], max_new_tokens: int, samples:
                                                                   **kw)]  # fmt: skip
             if any("<unk>" in t for t in texts):
                 raise SystemExit(f"{folder}: <unk> written in a continuation of {prompt!r}: {texts}")
-            back = [[w for w in unseen if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", t)] for t in texts]
+            back = [words_back(unseen, t) for t in texts]
             row[name] = {"continuations": texts, "unseen_back": back,
                          "with_an_unseen_word": sum(bool(b) for b in back) / len(texts)}  # fmt: skip
         rows.append(row)

@@ -358,3 +358,25 @@ def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
                         .read_text())  # fmt: skip
     assert record["training"]["command"] == "python examples/train.py --config examples/configs/wt2_copy_unseen.json"
     assert record["training"]["recipe"]["training"] == {k: v for k, v in json.loads(config.read_text()).items()}
+
+
+def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
+    """examples/unseen_names.py: a word comes back only as a whole word; one prompt through the shipped fine-tuned
+    folder's own pipeline gives each decoding's continuations, its unseen words from the tokenizer, and no <unk>."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "examples"))
+    from unseen_names import DECODING, continuations, words_back
+
+    assert words_back(["Esselbrook", "Kyiv"], "the Esselbrook's town, Esselbrooke, Kyivan") == ["Esselbrook"]
+    assert words_back(["Kyiv"], "in Kyiv.") == ["Kyiv"] and words_back(["Kyiv"], "Kyivs") == []
+    folder = root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
+    out = continuations(str(folder), ["\nZorgon met Blixa in Quarrington. Zorgon said"], 4, 2, 0)
+    row = out["prompts"][0]
+    assert row["unseen"] == ["Zorgon", "Blixa", "Quarrington"] and set(DECODING) <= set(row)
+    assert [len(row[k]["continuations"]) for k in DECODING] == [1, 1, 2]
+    for k in DECODING:
+        assert row[k]["unseen_back"] == [words_back(row["unseen"], t) for t in row[k]["continuations"]]
+        assert not any("<unk>" in t for t in row[k]["continuations"])
