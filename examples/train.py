@@ -821,7 +821,10 @@ def main(argv=None):
             f"{train.shape[1]}: resume it with the training data (and --unseen_word_rate) it was trained with"
         )
 
+    if args.oov_pointer_learning_rate and not cfg.oov_pointer:
+        fail("--oov_pointer_learning_rate is the rate of the placeholders' own weights: add --oov_pointer")
     groups = parameter_groups(model, (args.oov_pointer_learning_rate or args.learning_rate) / args.learning_rate)
+    scales = [g["lr_scale"] for g in groups]  # this run's, not a checkpoint's (loading restores the saved groups)
     if args.optimizer == "adamw":
         optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
     else:
@@ -850,7 +853,16 @@ def main(argv=None):
     accelerator.register_save_state_pre_hook(save_tied_weights_once)
     cache = PointerSentinelCache()
     if resume:
+        from safetensors import safe_open
+
+        with safe_open(Path(resume) / "model.safetensors", "pt") as saved:
+            saved_oov = any(".oov_" in f".{k}" for k in saved.keys())
+        if saved_oov != cfg.oov_pointer:
+            fail(f"{resume} was trained {'with' if saved_oov else 'without'} the placeholders' own weights: resume "
+                 f"it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip
         accelerator.load_state(resume)
+        for group, scale in zip(optimizer.param_groups, scales, strict=True):
+            group["lr_scale"] = scale
         # read on the CPU, then moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the
         # other way round. torch.load cannot map onto an indexed CPU device ("cpu:0", a gloo rank's device).
         # Another world size takes the same streams in other shares (see stream_layout).

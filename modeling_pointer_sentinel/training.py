@@ -191,12 +191,17 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
 def start_oov_pointer(model):
     """`model` (a pointer model with oov_slots) with the placeholders' own embedding, pointer query and repeat odds
     (`config.oov_pointer`), started as `<unk>`'s embedding, the pointer's query and the pointer's own odds (a zero
-    logit): it scores exactly as `model` did until training moves them."""
-    if model.config.oov_pointer:
+    logit): it scores exactly as `model` did until training moves them. `model` itself is left as it was."""
+    config = model.config
+    if config.oov_pointer:
         return model
-    model.config.oov_pointer = True
-    grown = type(model)(model.config).to(model.device, model.dtype)
-    grown.load_state_dict(model.state_dict(), strict=False)
+    if not (config.oov_slots and config.use_pointer):
+        raise ValueError("The placeholders' own weights need a pointer model with oov_slots > 0.")
+    grown = type(model)(type(config).from_dict({**config.to_dict(), "oov_pointer": True}))
+    grown.to(model.device, model.dtype).train(model.training)
+    missing = grown.load_state_dict(model.state_dict(), strict=False).missing_keys
+    if unexpected := set(missing) - {n for n, _ in grown.named_parameters() if ".oov_" in f".{n}"}:
+        raise ValueError(f"{sorted(unexpected)} missing from the model to grow.")
     with torch.no_grad():
         grown.model.oov_embedding.copy_(model.model.embed_tokens.weight[model.config.unk_token_id])
         grown.pointer.oov_query.load_state_dict(model.pointer.query.state_dict())

@@ -290,6 +290,12 @@ def test_an_added_oov_pointer_starts_from_the_loaded_models_exact_scores():
     from modeling_pointer_sentinel.training import start_oov_pointer
 
     closed = model()
+    with pytest.raises(ValueError, match="need a pointer model with oov_slots"):
+        start_oov_pointer(model("plain"))
+    dropped = model(input_dropout=0.3, output_dropout=0.3)  # in eval mode: the grown model must be too
+    grown_dropped = start_oov_pointer(dropped)
+    assert not grown_dropped.training and not dropped.config.oov_pointer  # the given model is left as it was
+    assert torch.equal(grown_dropped(BATCH, attention_mask=MASK).logits, dropped(BATCH, attention_mask=MASK).logits)
     repeat = start_oov_pointer(model()).pointer.oov_repeat
     assert not repeat.weight.any() and not repeat.bias.any()  # r's odds start as the pointer's own, M / g
     before, before_loss = closed(BATCH, attention_mask=MASK), closed(BATCH, attention_mask=MASK, labels=BATCH).loss
@@ -351,13 +357,19 @@ def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
 
     root = Path(__file__).resolve().parents[1]
     config = root / "examples" / "configs" / "wt2_copy_unseen.json"
-    args = train_module().parse_args(["--config", str(config)])
-    assert (root / args.model_name_or_path / "config.json").is_file()
+    train = train_module()
+    args = train.parse_args(["--config", str(config)])
     assert args.oov_pointer and args.unseen_word_rate > 0 and args.oov_pointer_learning_rate > args.learning_rate
+    args.model_name_or_path = str(root / args.model_name_or_path)
+    from transformers import AutoTokenizer
+
+    grown = train.build_model(args, AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=True))
+    unk = grown.config.unk_token_id
+    assert grown.config.oov_pointer and torch.equal(grown.model.oov_embedding, grown.model.embed_tokens.weight[unk])
     record = json.loads((root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer" / "eval_results.json")
                         .read_text())  # fmt: skip
     assert record["training"]["command"] == "python examples/train.py --config examples/configs/wt2_copy_unseen.json"
-    assert record["training"]["recipe"]["training"] == {k: v for k, v in json.loads(config.read_text()).items()}
+    assert record["training"]["recipe"]["training"] == json.loads(config.read_text())
 
 
 def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
@@ -380,3 +392,45 @@ def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
     for k in DECODING:
         assert row[k]["unseen_back"] == [words_back(row["unseen"], t) for t in row[k]["continuations"]]
         assert not any("<unk>" in t for t in row[k]["continuations"])
+
+
+def test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate(tmp_path, capsys):
+    """A checkpoint with the placeholders' own weights resumes only with --oov_pointer, one without them only
+    without (one error line each); a resumed run's --oov_pointer_learning_rate is its own, not the checkpoint's."""
+    from safetensors.torch import load_file
+    from test_train import TINY, repeated_sentences, train_module
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
+    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
+    tiny_model(vocab_size=len(tok) - 8, oov_slots=8, unk_token_id=tok.unk_token_id, pointer_window=10)\
+        .save_pretrained(tmp_path / "open")  # fmt: skip
+    tok.save_pretrained(tmp_path / "open")
+
+    def run(out, steps, *extra):
+        train_module().main(["--model_name_or_path", str(tmp_path / "open"), "--train_file", str(corpus / "train.txt"),
+                             "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir",
+                             str(tmp_path / out), "--max_train_steps", str(steps), "--unseen_word_block", "50",
+                             "--unseen_word_rate", "1", "--unseen_word_max_count", "1000", "--checkpointing_steps",
+                             "2", *extra])  # fmt: skip
+
+    run("with", 2, "--oov_pointer")
+    run("without", 2)
+    for out, flags, said in (("with", [], "with the placeholders' own weights: resume it with --oov_pointer"),
+                             ("without", ["--oov_pointer"], "without the placeholders' own weights: resume it "
+                                                            "without --oov_pointer")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            run(out, 4, "--resume_from_checkpoint", "latest", *flags)
+        assert said in capsys.readouterr().err
+    saved = load_file(tmp_path / "with" / "step_2" / "model.safetensors")
+    run("with", 4, "--resume_from_checkpoint", "latest", "--oov_pointer", "--oov_pointer_learning_rate", "1e-30")
+    resumed = PointerSentinelForCausalLM.from_pretrained(tmp_path / "with")
+    assert torch.equal(resumed.pointer.oov_query.weight, saved["pointer.oov_query.weight"])  # held at 1e-30
+    assert not torch.equal(resumed.pointer.query.weight, saved["pointer.query.weight"])  # the rest trained on
+    with pytest.raises(SystemExit):
+        run("rate", 2, "--oov_pointer_learning_rate", "0.1")
+    assert "--oov_pointer_learning_rate is the rate of the placeholders' own weights: add --oov_pointer" in (
+        capsys.readouterr().err
+    )
