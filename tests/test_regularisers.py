@@ -202,9 +202,12 @@ def test_config_round_trip_keeps_every_field(tmp_path):
             "bos_token_id", "eos_token_id", "use_cache", "adaptive_softmax_cutoffs",
             "adaptive_softmax_div_value"}  # fmt: skip
     assert ours <= set(changed), sorted(ours - set(changed))
+    del changed["oov_pointer"]  # needs the pointer, which the flipped use_pointer turns off: round-tripped below
     cfg = PointerSentinelConfig(**changed)
     cfg.save_pretrained(tmp_path)
     again = PointerSentinelConfig.from_pretrained(tmp_path)
     for name, value in changed.items():
         assert getattr(again, name) == value == getattr(cfg, name), name
     assert again.num_layers == changed["num_hidden_layers"]
+    PointerSentinelConfig(oov_slots=4, unk_token_id=2, oov_pointer=True).save_pretrained(tmp_path / "oov")
+    assert PointerSentinelConfig.from_pretrained(tmp_path / "oov").oov_pointer is True
