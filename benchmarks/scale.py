@@ -249,6 +249,7 @@ def main():
     ap.add_argument("--skip_training", action="store_true", help="prep and second start only")
     ap.add_argument("--pause_pids", default="/tmp/pause_pids", help="PIDs to stop while a time is taken")
     ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--prep_unpaused", action="store_true", help="leave --pause_pids running during prep (1B: ~11 min)")
     ap.add_argument("--rules_file", help="instead: the encode pass over this file under --text_rules, 1 and 2 workers")
     ap.add_argument("--text_rules", default="wikitext")
     ap.add_argument("--datasets_map", help="instead: this file through token_file and through datasets' map")
@@ -266,7 +267,7 @@ def main():
         if not corpus.is_file():
             generate(corpus, n)
         row = {"tokens_asked": n, "text_bytes": corpus.stat().st_size}
-        with paused(pids) as stopped:
+        with paused(None if args.prep_unpaused else pids) as stopped:
             row["prep_load"] = load()
             row["prep"] = prep(corpus, cache, args.num_proc)
             row["paused"] = len(stopped)
