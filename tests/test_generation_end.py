@@ -41,7 +41,7 @@ def test_a_prompts_line_breaks_are_not_taken_for_padding(name):
 def test_whole_sentence_prompt_gets_a_greedy_continuation(name):
     """The case that ended at once: both models' first greedy token after this sentence is <eos>. Through the
     folder's own pipeline the continuation goes on past it and holds words."""
-    assert len(POINTER) == 2
+    assert {"ptb-pointer-sentinel-lstm-2x200", "wt2-pointer-sentinel-lstm-2x200"} <= set(POINTER)  # not skipped
     generator = pipeline("text-generation", model=str(PRETRAINED / name), trust_remote_code=True, dtype=torch.float32)
     prompt = "The game was released in Japan in 2011."
     first = generator(prompt, max_new_tokens=1, do_sample=False, return_tensors=True)[0]["generated_token_ids"][-1]
