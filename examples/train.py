@@ -307,6 +307,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     activation_penalty,
     check_frequency_order,
     improves,
+    is_oov_weight,
     make_segment,
     nt_asgd_triggered,
     parameter_groups,
@@ -336,11 +337,12 @@ def build_model(args, tokenizer):
     if args.model_name_or_path:
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
         model = load_or_fail("model", load, args.model_name_or_path)
-        if args.oov_pointer and not model.config.oov_pointer:
-            if not (model.config.oov_slots and model.config.use_pointer):
+        if args.oov_pointer:
+            try:
+                model = start_oov_pointer(model)
+            except ValueError:  # the config's own check
                 fail(f"--oov_pointer needs a pointer model with oov_slots; {args.model_name_or_path} has "
                      f"use_pointer={model.config.use_pointer} and oov_slots={model.config.oov_slots}")  # fmt: skip
-            model = start_oov_pointer(model)
         if model.config.vocab_size != word_count(tokenizer):
             fail(
                 f"The tokenizer has {word_count(tokenizer)} words but {args.model_name_or_path} was trained with "
@@ -856,7 +858,7 @@ def main(argv=None):
         from safetensors import safe_open
 
         with safe_open(Path(resume) / "model.safetensors", "pt") as saved:
-            saved_oov = any(".oov_" in f".{k}" for k in saved.keys())
+            saved_oov = any(is_oov_weight(k) for k in saved.keys())
         if saved_oov != cfg.oov_pointer:
             fail(f"{resume} was trained {'with' if saved_oov else 'without'} the placeholders' own weights: resume "
                  f"it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip

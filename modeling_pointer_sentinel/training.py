@@ -188,19 +188,23 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
     return out
 
 
+def is_oov_weight(name: str) -> bool:
+    """Whether a parameter's name is one of the placeholders' own weights (`config.oov_pointer`)."""
+    return any(part.startswith("oov_") for part in name.split("."))
+
+
 def start_oov_pointer(model):
     """`model` (a pointer model with oov_slots) with the placeholders' own embedding, pointer query and repeat odds
     (`config.oov_pointer`), started as `<unk>`'s embedding, the pointer's query and the pointer's own odds (a zero
-    logit): it scores exactly as `model` did until training moves them. `model` itself is left as it was."""
+    logit): it scores exactly as `model` did until training moves them. `model` itself is left as it was. A model
+    without placeholders or without the pointer: the config's ValueError."""
     config = model.config
     if config.oov_pointer:
         return model
-    if not (config.oov_slots and config.use_pointer):
-        raise ValueError("The placeholders' own weights need a pointer model with oov_slots > 0.")
     grown = type(model)(type(config).from_dict({**config.to_dict(), "oov_pointer": True}))
     grown.to(model.device, model.dtype).train(model.training)
     missing = grown.load_state_dict(model.state_dict(), strict=False).missing_keys
-    if unexpected := set(missing) - {n for n, _ in grown.named_parameters() if ".oov_" in f".{n}"}:
+    if unexpected := {n for n in missing if not is_oov_weight(n)}:
         raise ValueError(f"{sorted(unexpected)} missing from the model to grow.")
     with torch.no_grad():
         grown.model.oov_embedding.copy_(model.model.embed_tokens.weight[model.config.unk_token_id])
@@ -212,7 +216,7 @@ def start_oov_pointer(model):
 def parameter_groups(model, oov_lr_scale: float = 1.0) -> list[dict]:
     """The optimizer's groups: the placeholders' embedding, query and repeat odds (`config.oov_pointer`) learn at
     `oov_lr_scale` times the rate of the rest (each group's `lr_scale`)."""
-    oov = [p for n, p in model.named_parameters() if any(part.startswith("oov_") for part in n.split("."))]
+    oov = [p for n, p in model.named_parameters() if is_oov_weight(n)]
     ids = {id(p) for p in oov}
     rest = [p for p in model.parameters() if id(p) not in ids]
     return [{"params": rest, "lr_scale": 1.0}] + ([{"params": oov, "lr_scale": oov_lr_scale}] if oov else [])

@@ -218,29 +218,35 @@ def test_simulated_unseen_words_are_consistent_per_block_and_never_share_a_slot_
         previous = slots
 
 
-def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
-    """--unseen_word_rate rewrites the training split with placeholders; a model without oov_slots is refused with one
-    error line."""
-    from test_train import TINY, repeated_sentences, train_module
+def fine_tuning_folders(tmp_path, closed: bool = True):
+    """A small corpus, an open-vocabulary tokenizer (8 placeholders) over it, and tiny models saved with it under
+    tmp_path: "open" (oov_slots 8) and, with `closed`, "closed" (none). Returns the train.py flags that fine-tune
+    tmp_path/NAME on that corpus into OUT: a function (name, out) -> flags."""
+    from test_train import TINY, repeated_sentences
 
     from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
 
     corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
     tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
-    unk = tok.unk_token_id
-    for name, slots in (("open", 8), ("closed", 0)):
-        tiny_model(vocab_size=len(tok) - 8, oov_slots=slots, unk_token_id=unk, pointer_window=10).save_pretrained(
-            tmp_path / name
-        )
+    for name, slots in (("open", 8), ("closed", 0))[: 2 if closed else 1]:
+        tiny_model(vocab_size=len(tok) - 8, oov_slots=slots, unk_token_id=tok.unk_token_id, pointer_window=10)\
+            .save_pretrained(tmp_path / name)  # fmt: skip
         tok.save_pretrained(tmp_path / name)
-    train = train_module()
+    return lambda name, out: ["--model_name_or_path", str(tmp_path / name), "--train_file", str(corpus / "train.txt"),
+                              "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir",
+                              str(out), "--unseen_word_block", "50"]  # fmt: skip
+
+
+def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
+    """--unseen_word_rate rewrites the training split with placeholders; a model without oov_slots is refused with one
+    error line."""
+    from test_train import train_module
+
+    flags, train = fine_tuning_folders(tmp_path), train_module()
 
     def run(name, *extra):
         out = tmp_path / f"{name}{len(list(tmp_path.iterdir()))}"
-        args = ["--model_name_or_path", str(tmp_path / name), "--train_file", str(corpus / "train.txt"),
-                "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir", str(out),
-                "--max_train_steps", "3", "--log_every", "1", "--unseen_word_block", "50", *extra]  # fmt: skip
-        train.main(args)
+        train.main([*flags(name, out), "--max_train_steps", "3", "--log_every", "1", *extra])
         return [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
 
     plain, rewritten = run("open"), run("open", "--unseen_word_rate", "1", "--unseen_word_max_count", "1000")
@@ -290,7 +296,7 @@ def test_an_added_oov_pointer_starts_from_the_loaded_models_exact_scores():
     from modeling_pointer_sentinel.training import start_oov_pointer
 
     closed = model()
-    with pytest.raises(ValueError, match="need a pointer model with oov_slots"):
+    with pytest.raises(ValueError, match="oov_pointer needs oov_slots > 0 and use_pointer"):
         start_oov_pointer(model("plain"))
     dropped = model(input_dropout=0.3, output_dropout=0.3)  # in eval mode: the grown model must be too
     grown_dropped = start_oov_pointer(dropped)
@@ -315,25 +321,17 @@ def test_an_added_oov_pointer_starts_from_the_loaded_models_exact_scores():
 def test_train_py_oov_pointer_learns_at_its_own_rate(tmp_path, capsys):
     """--oov_pointer grows a loaded open-vocabulary model's head for placeholders; --oov_pointer_learning_rate is
     that head's rate (the rest keep --learning_rate); a closed model is refused with one error line."""
-    from test_train import TINY, repeated_sentences, train_module
+    from test_train import train_module
 
     from modeling_pointer_sentinel import PointerSentinelForCausalLM
-    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
 
-    corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
-    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
-    for name, slots in (("open", 8), ("closed", 0)):
-        tiny_model(vocab_size=len(tok) - 8, oov_slots=slots, unk_token_id=tok.unk_token_id, pointer_window=10)\
-            .save_pretrained(tmp_path / name)  # fmt: skip
-        tok.save_pretrained(tmp_path / name)
+    flags = fine_tuning_folders(tmp_path)
     start = PointerSentinelForCausalLM.from_pretrained(tmp_path / "open")
 
     def run(name, *extra):
         out = tmp_path / f"{name}{len(list(tmp_path.iterdir()))}"
-        train_module().main(["--model_name_or_path", str(tmp_path / name), "--train_file", str(corpus / "train.txt"),
-                             "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir",
-                             str(out), "--max_train_steps", "3", "--unseen_word_block", "50", "--unseen_word_rate",
-                             "1", "--unseen_word_max_count", "1000", "--oov_pointer", *extra])  # fmt: skip
+        train_module().main([*flags(name, out), "--max_train_steps", "3", "--unseen_word_rate", "1",
+                             "--unseen_word_max_count", "1000", "--oov_pointer", *extra])  # fmt: skip
         return PointerSentinelForCausalLM.from_pretrained(out)
 
     moved, held = run("open"), run("open", "--oov_pointer_learning_rate", "1e-30")
@@ -341,7 +339,7 @@ def test_train_py_oov_pointer_learns_at_its_own_rate(tmp_path, capsys):
         assert m.config.oov_pointer and not torch.equal(m.pointer.query.weight, start.pointer.query.weight)
     assert not torch.equal(moved.pointer.oov_query.weight, start.pointer.query.weight)
     assert torch.equal(held.pointer.oov_query.weight, start.pointer.query.weight)
-    assert torch.equal(held.model.oov_embedding, start.model.embed_tokens.weight[tok.unk_token_id])
+    assert torch.equal(held.model.oov_embedding, start.model.embed_tokens.weight[start.config.unk_token_id])
     assert held.pointer.oov_repeat.weight.abs().max() < 1e-20 < moved.pointer.oov_repeat.weight.abs().max()
     with pytest.raises(SystemExit):
         run("closed")
@@ -398,23 +396,15 @@ def test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate(t
     """A checkpoint with the placeholders' own weights resumes only with --oov_pointer, one without them only
     without (one error line each); a resumed run's --oov_pointer_learning_rate is its own, not the checkpoint's."""
     from safetensors.torch import load_file
-    from test_train import TINY, repeated_sentences, train_module
+    from test_train import train_module
 
     from modeling_pointer_sentinel import PointerSentinelForCausalLM
-    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
 
-    corpus = repeated_sentences(tmp_path, 4, 40, (4, 9), (200, 20, 20))
-    tok = open_vocabulary(build_word_level_tokenizer((corpus / "train.txt").read_text().splitlines()), oov_slots=8)
-    tiny_model(vocab_size=len(tok) - 8, oov_slots=8, unk_token_id=tok.unk_token_id, pointer_window=10)\
-        .save_pretrained(tmp_path / "open")  # fmt: skip
-    tok.save_pretrained(tmp_path / "open")
+    fine_tune = fine_tuning_folders(tmp_path, closed=False)
 
     def run(out, steps, *extra):
-        train_module().main(["--model_name_or_path", str(tmp_path / "open"), "--train_file", str(corpus / "train.txt"),
-                             "--validation_file", str(corpus / "valid.txt"), "--config", str(TINY), "--output_dir",
-                             str(tmp_path / out), "--max_train_steps", str(steps), "--unseen_word_block", "50",
-                             "--unseen_word_rate", "1", "--unseen_word_max_count", "1000", "--checkpointing_steps",
-                             "2", *extra])  # fmt: skip
+        train_module().main([*fine_tune("open", tmp_path / out), "--max_train_steps", str(steps), "--unseen_word_rate",
+                             "1", "--unseen_word_max_count", "1000", "--checkpointing_steps", "2", *extra])  # fmt: skip
 
     run("with", 2, "--oov_pointer")
     run("without", 2)

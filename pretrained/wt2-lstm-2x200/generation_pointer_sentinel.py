@@ -179,13 +179,12 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
         return vocab, vocab
     q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
     z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
-    if w.oov_query is not None:
+    if w.oov_query is not None:  # `config.oov_pointer`: placeholders' own query and repeat odds
         q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
         z = torch.where(state.ids >= places.first, (state.keys * q_oov.unsqueeze(1)).sum(-1), z)
+        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
-    if places is not None and w.oov_query is not None:
-        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
 
 

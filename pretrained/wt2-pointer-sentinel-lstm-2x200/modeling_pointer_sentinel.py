@@ -819,7 +819,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         keys, key_ids, key_valid = self._pointer_memory(cache, h, input_ids, mask)
         L = self.config.pointer_window
         window_ids, head = sliding_window(key_ids, L), self.pointer
-        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), window_ids >= self.config.vocab_size)
+        oov = window_ids >= self.config.vocab_size if head.oov_query is not None else None  # only its head reads it
+        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), oov)
         repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
         return Pointer(log_gate, log_attention, window_ids, repeat_logit)
 
