@@ -10,10 +10,10 @@ int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnx
 
 The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
-()); outputs are log p (B, V + N), the mixture's, and the same state after the step. N is `config.oov_slots`: ids V ...
-V+N-1 are placeholders for a text's out-of-vocabulary words (the folder's tokenizer assigns them), which the pointer
-copies and which share `<unk>`'s vocabulary mass, as in the model's forward (a model without a pointer gives them
-log p = -inf). The batch size is dynamic. The
+(), and with `config.oov_pointer` each key's c_i, context (B, L, D)); outputs are log p (B, V + N), the mixture's, and
+the same state after the step. N is `config.oov_slots`: ids V ... V+N-1 are placeholders for a text's out-of-vocabulary
+words (the folder's tokenizer assigns them), which the pointer copies and which share `<unk>`'s vocabulary mass, as in
+the model's forward (a model without a pointer gives them log p = -inf). The batch size is dynamic. The
 exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor
 operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript
 exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
@@ -104,7 +104,8 @@ class DecodeStepGraph(torch.nn.Module):
 
 def state_tensors(s: DecodeState) -> list[torch.Tensor]:
     """A DecodeState as the graph's state inputs and outputs, in `io_names`' order."""
-    return [*s.hidden, *s.cell] + ([s.keys, s.ids, s.valid, s.slot] if s.keys is not None else [])
+    window = [s.keys, s.ids, s.valid, s.slot] if s.keys is not None else []
+    return [*s.hidden, *s.cell, *window] + ([s.context] if s.context is not None else [])
 
 
 def io_names(model) -> tuple[list[str], list[str]]:
@@ -112,6 +113,7 @@ def io_names(model) -> tuple[list[str], list[str]]:
     state = [f"hidden.{i}" for i in range(n)] + [f"cell.{i}" for i in range(n)]
     if model.pointer is not None:
         state += ["window_keys", "window_ids", "window_valid", "window_slot"]
+        state += ["window_context"] if model.config.oov_pointer else []
     return ["input_ids", *state], ["log_probs", *(f"{s}.out" for s in state)]
 
 

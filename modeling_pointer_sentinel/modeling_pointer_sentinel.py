@@ -215,6 +215,15 @@ def window_scores(q: torch.Tensor, keys: torch.Tensor, L: int) -> torch.Tensor:
     return torch.cat(blocks, 1)[:, :T] if n > 1 else blocks[0]
 
 
+def context_keys(keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """c_j (B, n, D): the key of the newest real position before j (zero where there is none), the state that
+    predicted token j; keys (B, n, D) and valid (B, n) in order."""
+    at = torch.where(valid, torch.arange(valid.shape[1], device=valid.device), -1).cummax(1).values
+    before = F.pad(at[:, :-1], (1, 0), value=-1)
+    c = keys.gather(1, before.clamp(min=0).unsqueeze(-1).expand_as(keys))
+    return c.masked_fill((before < 0).unsqueeze(-1), 0)
+
+
 def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
     """The newest L positions of t (B, n, *), with empty (zero / False) slots in front when n < L."""
     if t.shape[1] >= L:
@@ -233,21 +242,25 @@ class PointerSentinelHead(nn.Module):
         # q~ = tanh(W~ h + b~) scores placeholder positions: copying an unseen word is learned apart from the
         # closed-vocabulary pointer, which it leaves exactly as it was
         self.oov_query = nn.Linear(d, d) if config.oov_pointer else None
+        # plus q^ = W^ h + b^ against c_i, the state that predicted placeholder i (`context_keys`): placeholders
+        # enter the LSTM alike, so the words before them tell them apart, as in Grave et al.'s cache
+        self.oov_context = nn.Linear(d, d) if config.oov_pointer else None
         self.oov_repeat = nn.Linear(d, 1) if config.oov_pointer else None  # r's logit (`split_unknown`)
         if config.gate_type == "sentinel":
             self.sentinel = nn.Parameter(torch.empty(d))  # (2.4) s
         else:  # the switch ablation: g = sigmoid(MLP(h_t))
             self.switch = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))
 
-    def forward(self, h, keys, valid, oov=None):
+    def forward(self, h, keys, valid, oov=None, context=None):
         """h (B, T, D) queries; keys (B, L+T, D) = [cached window; this chunk]; valid (B, T, L) the window's real
-        positions; oov (B, T, L) its placeholders (with `oov_query`). Returns log g (B, T) and log a (B, T, L) over
-        positions t-L+1 ... t."""
+        positions; with `oov_query`, oov (B, T, L) its placeholders and context (B, L+T, D) each key's c_i. Returns
+        log g (B, T) and log a (B, T, L) over positions t-L+1 ... t."""
         L = valid.shape[-1]
         q = torch.tanh(self.query(h))  # (2.2a)
         z = window_scores(q, keys, L)  # (2.2b)
         if self.oov_query is not None:
-            z = torch.where(oov, window_scores(torch.tanh(self.oov_query(h)), keys, L), z)
+            z_oov = window_scores(torch.tanh(self.oov_query(h)), keys, L)
+            z = torch.where(oov, z_oov + window_scores(self.oov_context(h), context, L), z)
         return self.attend(h, q, z, valid)
 
     def attend(self, h, q, z, valid):
@@ -567,7 +580,7 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module):
         """AWD-LSTM / PyTorch-word-LM init: embeddings and softmax U(+-init_range), the rest U(+-1/sqrt(fan))."""
-        r = self.config.init_range
+        r, head = self.config.init_range, getattr(self, "pointer", None)
         if isinstance(module, nn.Embedding):
             init.uniform_(module.weight, -r, r)
         elif isinstance(module, PointerSentinelModel) and module.oov_embedding is not None:
@@ -591,7 +604,7 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
             if module is getattr(self, "lm_head", None):
                 init.uniform_(module.weight, -r, r)
                 init.zeros_(module.bias)
-            elif module is getattr(getattr(self, "pointer", None), "oov_repeat", None):  # r's odds start as M / g
+            elif head is not None and module in (head.oov_repeat, head.oov_context):  # r's odds M / g; c_i unread
                 init.zeros_(module.weight)
                 init.zeros_(module.bias)
             else:
@@ -795,32 +808,41 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
     def _pointer_memory(self, cache, h, input_ids, mask):
         """The pointer's keys, their ids and validity, (B, L+T, *): the cached window, then this call. The cache
         keeps the last L *real* positions: padding (right padding included) never evicts a real one. The keys stay
-        in h's (compute) dtype; only the L kept states are stored in the parameters' dtype."""
-        L = self.config.pointer_window
+        in h's (compute) dtype; only the L kept states are stored in the parameters' dtype. With `oov_pointer`, also
+        each key's c_i (`context_keys`), kept beside it, else None."""
+        L, B, D = self.config.pointer_window, h.shape[0], h.shape[-1]
         if cache.window_states is None:
-            cache.window_states = h.new_zeros(h.shape[0], 0, h.shape[-1], dtype=self.dtype)
-            cache.window_ids = input_ids.new_zeros(h.shape[0], 0)
-            cache.window_mask = torch.zeros(h.shape[0], 0, dtype=torch.bool, device=h.device)
+            cache.window_states = h.new_zeros(B, 0, D, dtype=self.dtype)
+            cache.window_ids = input_ids.new_zeros(B, 0)
+            cache.window_mask = torch.zeros(B, 0, dtype=torch.bool, device=h.device)
+            cache.window_context = None
         valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         keys = torch.cat([_left_fit(cache.window_states, L).to(h.dtype), h], 1)
         ids = torch.cat([_left_fit(cache.window_ids, L), input_ids], 1)
         key_valid = torch.cat([_left_fit(cache.window_mask, L), valid], 1)
-        if mask is None:  # every new position is real, and empty slots only ever sit in front
-            keep = slice(-L, None)
-            cache.window_states, cache.window_ids, cache.window_mask = keys[:, keep], ids[:, keep], key_valid[:, keep]
-        else:  # a stable sort moves padding in front, real positions keep their order: keep the last L of those
-            order = torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
-            cache.window_states = keys.gather(1, order.unsqueeze(-1).expand(-1, -1, keys.shape[-1]))
-            cache.window_ids, cache.window_mask = ids.gather(1, order), key_valid.gather(1, order)
-        cache.window_states = cache.window_states.to(self.dtype)
-        return keys, ids, key_valid
+        context = None
+        if self.config.oov_pointer:  # the cached keys' c_i were kept; this call's come from the keys before them
+            kept = cache.window_context if cache.window_context is not None else cache.window_states.new_zeros(B, 0, D)
+            context = torch.cat([_left_fit(kept, L).to(h.dtype), context_keys(keys, key_valid)[:, L:]], 1)
+        # Without a mask every new position is real, and empty slots only ever sit in front. With one, a stable sort
+        # moves padding in front, real positions keep their order: keep the last L of those.
+        order = None if mask is None else torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
+
+        def keep(t):
+            if order is None:
+                return t[:, -L:]
+            return t.gather(1, order if t.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, D))
+
+        cache.window_states, cache.window_ids, cache.window_mask = keep(keys).to(self.dtype), keep(ids), keep(key_valid)
+        cache.window_context = None if context is None else keep(context).to(self.dtype)
+        return keys, ids, key_valid, context
 
     def _pointer(self, cache, h, input_ids, mask) -> Pointer:
-        keys, key_ids, key_valid = self._pointer_memory(cache, h, input_ids, mask)
+        keys, key_ids, key_valid, context = self._pointer_memory(cache, h, input_ids, mask)
         L = self.config.pointer_window
         window_ids, head = sliding_window(key_ids, L), self.pointer
         oov = window_ids >= self.config.vocab_size if head.oov_query is not None else None  # only its head reads it
-        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), oov)
+        log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), oov, context)
         repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
         return Pointer(log_gate, log_attention, window_ids, repeat_logit)
 

@@ -47,6 +47,18 @@ def tiny_model(seed=0, **overrides) -> PointerSentinelForCausalLM:
     return PointerSentinelForCausalLM(tiny_config(**overrides))
 
 
+def oov_heads_counting(m: PointerSentinelForCausalLM) -> PointerSentinelForCausalLM:
+    """With `oov_pointer`, the repeat odds' and the context query's weights (0 at the start) moved away from 0, so
+    that a path that ignored them would score differently."""
+    if m.config.oov_pointer:
+        with torch.no_grad():
+            m.pointer.oov_repeat.weight.normal_(generator=torch.Generator().manual_seed(1))
+            m.pointer.oov_repeat.bias.fill_(0.7)
+            m.pointer.oov_context.weight.normal_(generator=torch.Generator().manual_seed(2))
+            m.pointer.oov_context.bias.normal_(generator=torch.Generator().manual_seed(3))
+    return m
+
+
 def evaluate_script():
     """examples/evaluate.py's main (the examples folder is not a package)."""
     sys.path.insert(0, str(ROOT / "examples"))

@@ -49,6 +49,76 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "oov pointer context: placeholder scores ignore c_i, the state before each placeholder",
+        M,
+        "            z = torch.where(oov, z_oov + window_scores(self.oov_context(h), context, L), z)",
+        "            z = torch.where(oov, z_oov, z)",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: c_i is the key of position i itself, not of the one before it",
+        M,
+        "    before = F.pad(at[:, :-1], (1, 0), value=-1)",
+        "    before = at",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: c_i before left padding is the padding's state, not the last real one",
+        M,
+        "    at = torch.where(valid, torch.arange(valid.shape[1], device=valid.device), -1).cummax(1).values",
+        "    at = torch.arange(valid.shape[1], device=valid.device).expand_as(valid)",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: the cache drops the kept keys' c_i between calls",
+        M,
+        "            context = torch.cat([_left_fit(kept, L).to(h.dtype), context_keys(keys, key_valid)[:, L:]], 1)",
+        "            context = context_keys(keys, key_valid)",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: the decode step ignores c_i",
+        GEN,
+        "        z_oov = (state.keys * q_oov.unsqueeze(1)).sum(-1) + (state.context * q_context.unsqueeze(1)).sum(-1)",
+        "        z_oov = (state.keys * q_oov.unsqueeze(1)).sum(-1)",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: the decode step's c_i is the new key, not the newest before it",
+        GEN,
+        "        newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)",
+        "        newest = state.slot.view(1)",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: reorder_cache leaves c_i in place",
+        GEN,
+        "            self.window_context = fn(self.window_context)",
+        "            pass",
+        ["tests/test_hf_fit.py"],
+    ),
+    (
+        "oov pointer context: the decode step's c_i not written back to the cache in order",
+        GEN,
+        "            cache.window_context = torch.roll(state.context, shift, 1)",
+        "            cache.window_context = state.context",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: its query drawn at init, so a grown model does not start from the loaded scores",
+        M,
+        "            elif head is not None and module in (head.oov_repeat, head.oov_context):  # r's odds M / g; c_i unread",
+        "            elif head is not None and module is head.oov_repeat:",
+        ["tests/test_open_vocabulary.py"],
+    ),
+    (
+        "oov pointer context: the ONNX graph's state leaves c_i out",
+        "examples/export_onnx.py",
+        "    return [*s.hidden, *s.cell, *window] + ([s.context] if s.context is not None else [])",
+        "    return [*s.hidden, *s.cell, *window]",
+        ["tests/test_onnx.py"],
+    ),
+    (
         "docs: the card's lm-eval row of the oov-pointer folder apart from its file",
         "model_card.md",
         "| 62 | 241,335 | 93.82 | 2.3924 |",
@@ -121,14 +191,14 @@ MUTS = [
     (
         "oov pointer: placeholder positions scored with the pointer's query, not their own",
         M,
-        "            z = torch.where(oov, window_scores(torch.tanh(self.oov_query(h)), keys, L), z)",
-        "            z = z",
+        "            z_oov = window_scores(torch.tanh(self.oov_query(h)), keys, L)",
+        "            z_oov = z",
         ["tests/test_open_vocabulary.py"],
     ),
     (
         "oov pointer: the decode step scores placeholders with the pointer's query",
         GEN,
-        "        z = torch.where(state.ids >= places.first, (state.keys * q_oov.unsqueeze(1)).sum(-1), z)",
+        "        z = torch.where(state.ids >= places.first, z_oov, z)",
         "        z = z",
         ["tests/test_open_vocabulary.py"],
     ),
@@ -156,8 +226,8 @@ MUTS = [
     (
         "oov pointer: repeat odds start at a random logit",
         M,
-        '            elif module is getattr(getattr(self, "pointer", None), "oov_repeat", None):  # r\'s odds start as M / g',
-        "            elif False:",
+        "            elif head is not None and module in (head.oov_repeat, head.oov_context):  # r's odds M / g; c_i unread",
+        "            elif head is not None and module is head.oov_context:",
         ["tests/test_open_vocabulary.py"],
     ),
     (
@@ -520,8 +590,8 @@ MUTS = [
     (
         "right padding evicts real positions",
         M,
-        "if mask is None:  # every new position is real",
-        "if True:  # every new position is real",
+        "        order = None if mask is None else torch.sort(key_valid.to(torch.int8), dim=1, stable=True)",
+        "        order = None if True else torch.sort(key_valid.to(torch.int8), dim=1, stable=True)",
     ),
     (
         "labels win over shift_labels",

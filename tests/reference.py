@@ -103,7 +103,10 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
                 x = hs[k] * (m["after"][b, 0] if "after" in m else 1.0)
             top.append((x, int(ids[b, t])))
         new_state.append((hs, cs))
-        seq = past + top  # every position this row has seen, oldest first
+        seq = list(past)  # every position this row has seen, oldest first, as (h_i, x_i, c_i)
+        for x, i in top:  # c_i: the state before position i, the one that predicted it
+            seq.append((x, i, seq[-1][0] if seq else torch.zeros_like(x)))
+        top = seq[len(past) :]
         for t in range(T):
             h = top[t][0]
             p_vocab = vocab_probs(model, h)
@@ -115,7 +118,10 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
             q = torch.tanh(model.pointer.query.weight @ h + model.pointer.query.bias)
             oq = model.pointer.oov_query  # placeholders' own query, if any
             q_oov = torch.tanh(oq.weight @ h + oq.bias) if oq is not None else q
-            e = [math.exp(float((q_oov if w[1] >= V else q) @ w[0])) if w is not None else 0.0 for w in win]
+            oc = model.pointer.oov_context  # and its query of the state before each placeholder
+            q_c = oc.weight @ h + oc.bias if oc is not None else torch.zeros_like(q)
+            e = [math.exp(float(q_oov @ w[0] + q_c @ w[2] if w[1] >= V else q @ w[0])) if w is not None else 0.0
+                 for w in win]  # fmt: skip
             if cfg.gate_type == "sentinel":
                 e_s = math.exp(float(q @ model.pointer.sentinel))
                 a, g = [v / (sum(e) + e_s) for v in e], e_s / (sum(e) + e_s)

@@ -130,8 +130,10 @@ def test_pointer_mixture_is_finite_on_both_paths_when_the_gate_vanishes_or_entri
         torch.testing.assert_close(p.grad, 1 / dense.gather(-1, ids))
 
 
-def test_reorder_cache_moves_every_tensor_with_its_row():
-    model = tiny_model().eval()
+@pytest.mark.parametrize("open_vocabulary", [False, True])
+def test_reorder_cache_moves_every_tensor_with_its_row(open_vocabulary):
+    kw = dict(oov_slots=4, unk_token_id=3, oov_pointer=True) if open_vocabulary else {}  # its c_i too
+    model = tiny_model(**kw).eval()
     ids = torch.randint(0, 23, (3, 6), generator=torch.Generator().manual_seed(3))
     cache = model(ids, use_cache=True).past_key_values
     rows = [model(ids[i : i + 1], use_cache=True).past_key_values for i in range(3)]
@@ -139,7 +141,7 @@ def test_reorder_cache_moves_every_tensor_with_its_row():
     cache.reorder_cache(order)
     for new_row, old_row in enumerate(order.tolist()):
         single = rows[old_row]
-        for name in ("window_states", "window_ids", "window_mask"):
+        for name in ("window_states", "window_ids", "window_mask") + (("window_context",) if open_vocabulary else ()):
             torch.testing.assert_close(getattr(cache, name)[new_row], getattr(single, name)[0], msg=name)
         for k in range(len(cache.hidden)):
             torch.testing.assert_close(cache.hidden[k][new_row], single.hidden[k][0])

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, tiny_model
+from conftest import ROOT, oov_heads_counting, tiny_model
 
 from modeling_pointer_sentinel import PointerSentinelForCausalLM
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
@@ -40,10 +40,7 @@ def saved_tiny(folder, **kw):
     tok = build_word_level_tokenizer([" ".join(WORDS)])
     assert len(tok) == 23 and (tok.eos_token_id, tok.convert_tokens_to_ids("<unk>")) == (EOS, UNK)
     m = tiny_model(pointer_window=6, eos_token_id=EOS, pad_token_id=EOS, **kw).eval()
-    if m.config.oov_pointer:  # learned repeat odds away from 0: a graph that ignored them would differ
-        with torch.no_grad():
-            m.pointer.oov_repeat.weight.normal_(generator=torch.Generator().manual_seed(1))
-            m.pointer.oov_repeat.bias.fill_(0.7)
+    oov_heads_counting(m)
     m.generation_config.suppress_tokens = [UNK]
     m.save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_model
+from conftest import oov_heads_counting, tiny_model
 from reference import reference_batch
 from test_fast_decode import DECODING, assert_same, run, steps_against_forward
 
@@ -30,12 +30,7 @@ MASK = torch.tensor([[1] * 9, [0] * 4 + [1] * 5])
 
 
 def model(variant="sentinel", **kw):
-    m = tiny_model(pointer_window=6, **OPEN, **VARIANTS[variant], **kw).eval()
-    if m.config.oov_pointer:  # r's logit starts at 0 (the pointer's own odds): make it count
-        with torch.no_grad():
-            m.pointer.oov_repeat.weight.normal_(generator=torch.Generator().manual_seed(1))
-            m.pointer.oov_repeat.bias.fill_(0.7)
-    return m
+    return oov_heads_counting(tiny_model(pointer_window=6, **OPEN, **VARIANTS[variant], **kw).eval())
 
 
 def copying(m):
@@ -90,7 +85,7 @@ def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
     open_model = model(variant)
     missing = open_model.load_state_dict(closed_model.state_dict(), strict=False).missing_keys
     own = {"model.oov_embedding", "pointer.oov_query.weight", "pointer.oov_query.bias", "pointer.oov_repeat.weight",
-           "pointer.oov_repeat.bias"}  # fmt: skip
+           "pointer.oov_repeat.bias", "pointer.oov_context.weight", "pointer.oov_context.bias"}  # fmt: skip
     assert set(missing) == (own
                             if variant == "oov_pointer" else set())  # fmt: skip
     closed, open_ = closed_model(ids, labels=ids), open_model(ids, labels=ids)
@@ -302,8 +297,9 @@ def test_an_added_oov_pointer_starts_from_the_loaded_models_exact_scores():
     grown_dropped = start_oov_pointer(dropped)
     assert not grown_dropped.training and not dropped.config.oov_pointer  # the given model is left as it was
     assert torch.equal(grown_dropped(BATCH, attention_mask=MASK).logits, dropped(BATCH, attention_mask=MASK).logits)
-    repeat = start_oov_pointer(model()).pointer.oov_repeat
-    assert not repeat.weight.any() and not repeat.bias.any()  # r's odds start as the pointer's own, M / g
+    head = start_oov_pointer(model()).pointer
+    for start_at_zero in (head.oov_repeat, head.oov_context):  # r's odds start as the pointer's own, M / g; c_i unread
+        assert not start_at_zero.weight.any() and not start_at_zero.bias.any()
     before, before_loss = closed(BATCH, attention_mask=MASK), closed(BATCH, attention_mask=MASK, labels=BATCH).loss
     grown = start_oov_pointer(model())
     assert grown.config.oov_pointer and grown.model.oov_embedding is not None

@@ -48,6 +48,7 @@ class PointerSentinelCache:
         self.window_states: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None
         self.window_mask: torch.Tensor | None = None
+        self.window_context: torch.Tensor | None = None  # (B, L, D) each window key's c_i, with `config.oov_pointer`
         self.seen_tokens = 0
 
     @property
@@ -65,6 +66,8 @@ class PointerSentinelCache:
             self.window_states, self.window_ids, self.window_mask = (
                 fn(t) for t in (self.window_states, self.window_ids, self.window_mask)
             )
+        if self.window_context is not None:
+            self.window_context = fn(self.window_context)
         return self
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
@@ -103,6 +106,7 @@ class PackedWeights(NamedTuple):
     lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
     query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
     oov_query: tuple[torch.Tensor, torch.Tensor] | None  # W~ (D, D), b~ (`config.oov_pointer`)
+    oov_context: tuple[torch.Tensor, torch.Tensor] | None  # W^ (D, D), b^ (`config.oov_pointer`)
     output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
     adaptive: "PackedAdaptiveSoftmax | None"  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
@@ -119,8 +123,9 @@ class PackedAdaptiveSoftmax(NamedTuple):
 
 class DecodeState(NamedTuple):
     """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
-    (keys, ids, valid) of which `slot` is the next to write. Attention is a softmax over the slots and the mixture
-    sums per word, so their order does not matter; the cache gets them back oldest first."""
+    (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write.
+    Attention is a softmax over the slots and the mixture sums per word, so their order does not matter; the cache
+    gets them back oldest first."""
 
     hidden: list[torch.Tensor]
     cell: list[torch.Tensor]
@@ -128,6 +133,7 @@ class DecodeState(NamedTuple):
     ids: torch.Tensor | None  # (B, L)
     valid: torch.Tensor | None  # (B, L)
     slot: torch.Tensor  # () long
+    context: torch.Tensor | None = None  # (B, L, D)
 
 
 def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) -> PackedWeights:
@@ -140,7 +146,9 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
             for layer in model.model.layers]  # fmt: skip
     head = model.pointer
     query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
-    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if query and head.oov_query else None
+    oov = query and head.oov_query
+    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if oov else None
+    oov_context = (t(head.oov_context.weight), head.oov_context.bias.detach()) if oov else None
     lm_head = model.lm_head
     adaptive = isinstance(lm_head, AdaptiveSoftmax)
     output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
@@ -148,7 +156,8 @@ def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) 
     if adaptive and input_first:
         packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
                                        [t(w) for w in lm_head.tail_weight])  # fmt: skip
-    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, output, packed, input_first)
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
+                         input_first)  # fmt: skip
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -171,6 +180,10 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
     if state.keys is None:
         return vocab, vocab
+    if state.context is not None:  # c_i of the new key: the newest key before it (`context_keys`)
+        newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)
+        c = state.keys.index_select(1, newest) * state.valid.index_select(1, newest).unsqueeze(-1)
+        state.context.index_copy_(1, state.slot, c)
     state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
     state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
     state.valid.index_fill_(1, state.slot, True)
@@ -181,7 +194,9 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
     if w.oov_query is not None:  # `config.oov_pointer`: placeholders' own query and repeat odds
         q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
-        z = torch.where(state.ids >= places.first, (state.keys * q_oov.unsqueeze(1)).sum(-1), z)
+        q_context = _linear(x, *w.oov_context, w.input_first)
+        z_oov = (state.keys * q_oov.unsqueeze(1)).sum(-1) + (state.context * q_context.unsqueeze(1)).sum(-1)
+        z = torch.where(state.ids >= places.first, z_oov, z)
         places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
@@ -195,6 +210,7 @@ def decode_state(cache: PointerSentinelCache) -> DecodeState:
         [h.clone() for h in cache.hidden], [c.clone() for c in cache.cell],
         cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
         cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
+        cache.window_context.clone() if window and cache.window_context is not None else None,
     )  # fmt: skip
 
 
@@ -206,6 +222,8 @@ def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
         cache.window_states, cache.window_ids, cache.window_mask = (
             torch.roll(t, shift, 1) for t in (state.keys, state.ids, state.valid)
         )
+        if state.context is not None:
+            cache.window_context = torch.roll(state.context, shift, 1)
     cache.seen_tokens += steps
 
 
