@@ -289,6 +289,18 @@ def model_card(record: dict, config, license: str) -> str:
         if config.use_pointer
         else "out.loss.exp()  # perplexity"
     )
+    if config.oov_pointer:
+        copy_note = (
+            "the pointer can copy; these weights were fine-tuned to copy placeholders (`config.oov_pointer`; the "
+            "package's model card has the renamed-names figures)"
+        )
+    elif config.use_pointer:
+        copy_note = (
+            "the pointer can copy; these weights were not fine-tuned to copy placeholders (`examples/train.py "
+            "--unseen_word_rate`), so they rarely do"
+        )
+    else:
+        copy_note = "this model, which has no pointer, cannot copy"
     body = f"""
 # {name}
 
@@ -359,8 +371,7 @@ To score a long text, pass it whole or in chunks with `past_key_values` (the LST
 ## Limitations
 
 - Word-level: a word outside the {config.vocab_size:,} known ones becomes a placeholder (one per distinct unseen
-  word of a text, up to `config.oov_slots`) that decoding writes back and the pointer can copy; these weights were
-  not fine-tuned to copy placeholders (`examples/train.py --unseen_word_rate`), so they rarely do. Perplexity
+  word of a text, up to `config.oov_slots`) that decoding writes back and {copy_note}. Perplexity
   counts `<unk>` as a word (see the package's model card for the unknown-penalised perplexity). The input must
   be in the corpus's form. The tokenizer puts raw text into it ({
         "PTB's: lower case, numbers and `%` as `N`, `n't` split off, punctuation dropped but for the corpus's own "

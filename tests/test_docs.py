@@ -81,7 +81,15 @@ def test_model_card_renamed_names_table_is_the_benchmarks_file():
     real, renamed = tuned["real"]["in_window"], tuned["renamed"]["in_window"]
     words = " ".join(card.split())
     assert f"at {renamed['top1'] / real['top1']:.0%} of the real name's rate in the window" in words
-    assert f"a mean log p {real['mean_log_p'] - renamed['mean_log_p']:.2f} nats below" in words
+    gap = renamed["mean_log_p"] - real["mean_log_p"]
+    assert f"a mean log p {abs(gap):.2f} nats {'above' if gap >= 0 else 'below'}" in words
+    # the same fine-tuning without the context query, and what the query changes
+    (ablated,) = json.loads((ROOT / "results" / "open_vocabulary" / "renamed_names_wt2_no_context.json").read_text())
+    a_real, a_renamed = ablated["real"]["in_window"], ablated["renamed"]["in_window"]
+    assert (f"gives {a_renamed['top1']:.1%} and {a_renamed['mean_log_p']:.2f} in the window (renamed; real "
+            f"{a_real['top1']:.1%}, {a_real['mean_log_p']:.2f})") in words  # fmt: skip
+    points, nats = 100 * (renamed["top1"] - a_renamed["top1"]), a_renamed["mean_log_p"] - renamed["mean_log_p"]
+    assert f"c_i buys {points:.1f} points of top-1 for {nats:.2f} nats of log p" in words
 
 
 @pytest.mark.parametrize("name", ["lm_eval_wikitext_wt2.json", "lm_eval_wikitext_wt2_oov_pointer.json"])
@@ -170,24 +178,25 @@ def test_readme_kill_and_resume_is_its_transcript():
 
 def test_readme_unseen_names_are_their_results_file():
     """The README's open-vocabulary continuation and return rates are results/open_vocabulary/unseen_names_wt2.json:
-    the fine-tuned folder's greedy continuation of the prompt shown, and per decoding the prompts (greedy, beam) or
-    the mean share of samples with an unseen word back, for it and for the folder it was tuned from."""
+    the fine-tuned folder's first sampled continuation of the prompt shown, and per decoding the mean share of samples
+    with an unseen word back or the prompts (beam, greedy), for it and for the folder it was tuned from."""
     results = {r["model"]: r for r in json.loads(read("results/open_vocabulary/unseen_names_wt2.json"))}
     words = " ".join(read("README.md").split())
     tuned, base = results["wt2-pointer-sentinel-lstm-2x200-oov-pointer"], results["wt2-pointer-sentinel-lstm-2x200"]
     shown = next(p for p in tuned["prompts"] if p["prompt"].startswith("\nThe Quarrington River"))
     assert '`"' + shown["prompt"].replace("\n", "\\n") + '"`' in words
-    assert f"with `{shown['greedy']['continuations'][0]}`" in words
+    assert f"continues `{shown['sample']['continuations'][0].replace(chr(10), chr(92) + 'n')}`" in words
+    assert shown["sample"]["unseen_back"][0], "the continuation shown brings an unseen word back"
 
     def rates(r):
         n = len(r["prompts"])
-        found = [sum(p[k]["with_an_unseen_word"] > 0 for p in r["prompts"]) for k in ("greedy", "beam")]
+        found = [sum(p[k]["with_an_unseen_word"] > 0 for p in r["prompts"]) for k in ("beam", "greedy")]
         return found, n, sum(p["sample"]["with_an_unseen_word"] for p in r["prompts"]) / n
 
-    (greedy, beam), n, sampled = rates(tuned)
-    assert f"{greedy} of {n} greedy, {beam} of {n} beam and {sampled:.0%} of sampled continuations" in words
-    (greedy, beam), n, sampled = rates(base)
-    assert f"tuned from: {greedy}, {beam}, {sampled:.0%};" in words
+    (beam, greedy), n, sampled = rates(tuned)
+    assert f"{sampled:.0%} of sampled, {beam} of {n} beam and {greedy} of {n} greedy continuations" in words
+    (beam, greedy), n, sampled = rates(base)
+    assert f"tuned from: {sampled:.0%}, {beam}, {greedy};" in words
 
 
 def test_model_card_oov_pointer_row_is_its_files():

@@ -150,6 +150,9 @@ def test_card_says_what_the_model_is_and_what_its_minutes_count():
         assert ("mixed with a pointer" in text) == use_pointer and ("out.gate" in text) == use_pointer
         assert ("train minutes (the training process's CPU time)" in text) == (clock == "cpu")
         assert ("train minutes (wall clock)" in text) == (clock == "wall")
+        assert ("cannot copy" in text) == (not use_pointer) and "were fine-tuned to copy" not in text
+    tuned = model_card(record, PointerSentinelConfig.from_pretrained(folder, oov_pointer=True), "bsd-3-clause")
+    assert "were fine-tuned to copy placeholders" in tuned and "so they rarely do" not in tuned
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
