@@ -11,7 +11,8 @@ from conftest import oov_heads_counting, tiny_model
 from reference import reference_batch
 from test_fast_decode import DECODING, assert_same, run, steps_against_forward
 
-from modeling_pointer_sentinel import PointerSentinelConfig, pointer_mixture
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, pointer_mixture
+from modeling_pointer_sentinel.generation_pointer_sentinel import write_back
 from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, sliding_window
 from modeling_pointer_sentinel.training import simulate_unseen_words
 
@@ -138,7 +139,22 @@ def test_fast_generate_equals_forward_with_placeholders(variant, decoding):
 
 @pytest.mark.parametrize("variant", ["sentinel", "oov_pointer"])
 def test_decode_step_equals_forward_with_placeholders(variant):
-    steps_against_forward(model(variant), BATCH, MASK, torch.tensor([24, 26]), 14)
+    cache, state = steps_against_forward(model(variant), BATCH, MASK, torch.tensor([24, 26]), 14)
+    mirror = PointerSentinelCache()  # and the cache it writes back, c_i oldest first too
+    write_back(state, mirror, 14)
+    assert (cache.window_context is None) == (variant != "oov_pointer")
+    for name in ("window_states", "window_context"):
+        torch.testing.assert_close(getattr(mirror, name), getattr(cache, name), msg=name)
+
+
+def test_chunks_after_right_padding_score_as_the_whole_with_placeholders():
+    """Each window key's c_i (the state before it) outlives its chunk: after a right-padded chunk, whose padding the
+    cache sorts in front of its keys, the next chunk scores as the unpadded whole (the first word a placeholder)."""
+    m = model("oov_pointer")
+    whole = m(torch.tensor([[23, 1, 2, 24, 3, 23, 5, 24, 1]])).logits
+    cache = PointerSentinelCache()
+    m(torch.tensor([[23, 1, 2, 24, 0, 0]]), attention_mask=torch.tensor([[1, 1, 1, 1, 0, 0]]), past_key_values=cache)
+    torch.testing.assert_close(m(torch.tensor([[3, 23, 5, 24, 1]]), past_key_values=cache).logits, whole[:, 4:])
 
 
 @pytest.mark.parametrize("variant", ["sentinel", "oov_pointer"])

@@ -180,10 +180,9 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
     if state.keys is None:
         return vocab, vocab
-    if state.context is not None:  # c_i of the new key: the newest key before it (`context_keys`)
+    if state.context is not None:  # c_i of the new key: the key before it, the newest in the ring
         newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)
-        c = state.keys.index_select(1, newest) * state.valid.index_select(1, newest).unsqueeze(-1)
-        state.context.index_copy_(1, state.slot, c)
+        state.context.index_copy_(1, state.slot, state.keys.index_select(1, newest))
     state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
     state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
     state.valid.index_fill_(1, state.slot, True)

@@ -215,15 +215,6 @@ def window_scores(q: torch.Tensor, keys: torch.Tensor, L: int) -> torch.Tensor:
     return torch.cat(blocks, 1)[:, :T] if n > 1 else blocks[0]
 
 
-def context_keys(keys: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """c_j (B, n, D): the key of the newest real position before j (zero where there is none), the state that
-    predicted token j; keys (B, n, D) and valid (B, n) in order."""
-    at = torch.where(valid, torch.arange(valid.shape[1], device=valid.device), -1).cummax(1).values
-    before = F.pad(at[:, :-1], (1, 0), value=-1)
-    c = keys.gather(1, before.clamp(min=0).unsqueeze(-1).expand_as(keys))
-    return c.masked_fill((before < 0).unsqueeze(-1), 0)
-
-
 def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
     """The newest L positions of t (B, n, *), with empty (zero / False) slots in front when n < L."""
     if t.shape[1] >= L:
@@ -242,7 +233,7 @@ class PointerSentinelHead(nn.Module):
         # q~ = tanh(W~ h + b~) scores placeholder positions: copying an unseen word is learned apart from the
         # closed-vocabulary pointer, which it leaves exactly as it was
         self.oov_query = nn.Linear(d, d) if config.oov_pointer else None
-        # plus q^ = W^ h + b^ against c_i, the state that predicted placeholder i (`context_keys`): placeholders
+        # plus q^ = W^ h + b^ against c_i, the state that predicted placeholder i (the key before it): placeholders
         # enter the LSTM alike, so the words before them tell them apart, as in Grave et al.'s cache
         self.oov_context = nn.Linear(d, d) if config.oov_pointer else None
         self.oov_repeat = nn.Linear(d, 1) if config.oov_pointer else None  # r's logit (`split_unknown`)
@@ -809,7 +800,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         """The pointer's keys, their ids and validity, (B, L+T, *): the cached window, then this call. The cache
         keeps the last L *real* positions: padding (right padding included) never evicts a real one. The keys stay
         in h's (compute) dtype; only the L kept states are stored in the parameters' dtype. With `oov_pointer`, also
-        each key's c_i (`context_keys`), kept beside it, else None."""
+        each key's c_i, the key before it (padding carries the state: the newest real position's key, or zero), else
+        None. The cache keeps its keys' own: the key before its oldest is gone, and sorting moves padding in front."""
         L, B, D = self.config.pointer_window, h.shape[0], h.shape[-1]
         if cache.window_states is None:
             cache.window_states = h.new_zeros(B, 0, D, dtype=self.dtype)
@@ -821,9 +813,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         ids = torch.cat([_left_fit(cache.window_ids, L), input_ids], 1)
         key_valid = torch.cat([_left_fit(cache.window_mask, L), valid], 1)
         context = None
-        if self.config.oov_pointer:  # the cached keys' c_i were kept; this call's come from the keys before them
-            kept = cache.window_context if cache.window_context is not None else cache.window_states.new_zeros(B, 0, D)
-            context = torch.cat([_left_fit(kept, L).to(h.dtype), context_keys(keys, key_valid)[:, L:]], 1)
+        if self.config.oov_pointer:
+            kept = cache.window_context if cache.window_context is not None else keys.new_zeros(B, 0, D)
+            context = torch.cat([_left_fit(kept, L).to(h.dtype), keys[:, L - 1 : -1]], 1)
         # Without a mask every new position is real, and empty slots only ever sit in front. With one, a stable sort
         # moves padding in front, real positions keep their order: keep the last L of those.
         order = None if mask is None else torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
