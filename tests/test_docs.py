@@ -200,12 +200,20 @@ def test_readme_unseen_names_are_their_results_file():
 
 
 def test_model_card_oov_pointer_row_is_its_files():
-    """The fine-tuned folder's row: params, valid, test, <unk> rate (eval_results.json) and UPP (its UPP file)."""
+    """The fine-tuned folder's row: params, valid, test, <unk> rate (eval_results.json), the batch-1 columns (its
+    dynamic file, at the settings of the folder it was tuned from) and UPP (its UPP file)."""
     folder = "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
     record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
     upp = json.loads((ROOT / "results" / "open_vocabulary" / f"upp_{folder}.json").read_text())
+    dyn = json.loads((ROOT / "results" / "open_vocabulary" / "wt2_oov_pointer.dynamic.json").read_text())
+    parent = json.loads((ROOT / "results" / "converged" / "wt2_sgd_pointer.dynamic.json").read_text())
     assert upp["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-6)
+    for key in ("cache", "dynamic", "dynamic_cache"):  # the parent's choices, not chosen again
+        assert {k: dyn[key][k] for k in parent[key] if k in ("window", "theta", "lam", "lr", "segment_length")} == {
+            k: parent[key][k] for k in parent[key] if k in ("window", "theta", "lam", "lr", "segment_length")
+        }
+    batch_1 = [f"{dyn[k]:.2f}" for k in ("ppl", "ppl_with_cache", "ppl_dynamic", "ppl_dynamic_with_cache")]
     cells = [f"`{folder}`", f"{record['params'] / 1e6:.2f}M", f"{record['validation']['ppl']:.2f}",
-             f"{record['test']['ppl']:.2f}", f"{record['unk_rate']['test']:.2%}",
+             f"{record['test']['ppl']:.2f}", f"{record['unk_rate']['test']:.2%}", *batch_1,
              f"{upp['upp']['ppl']:.2f}"]  # fmt: skip
     assert cells in rows(read("model_card.md"), f"`{folder}`")
