@@ -93,15 +93,15 @@ MUTS = [
     (
         "oov pointer context: c_i is the key of position i itself, not of the one before it",
         M,
-        "            context = torch.cat([_left_fit(kept, L).to(h.dtype), keys[:, L - 1 : -1]], 1)",
-        "            context = torch.cat([_left_fit(kept, L).to(h.dtype), keys[:, L:]], 1)",
+        "        context = torch.cat([_left_fit(kept, L), keys[:, L - 1 : -1]], 1) if self.config.oov_pointer else None",
+        "        context = torch.cat([_left_fit(kept, L), keys[:, L:]], 1) if self.config.oov_pointer else None",
         ["tests/test_open_vocabulary.py"],
     ),
     (
         "oov pointer context: the cached keys' c_i taken from the keys before them, which sorting reorders",
         M,
-        "            context = torch.cat([_left_fit(kept, L).to(h.dtype), keys[:, L - 1 : -1]], 1)",
-        "            context = F.pad(keys[:, :-1], (0, 0, 1, 0))",
+        "        context = torch.cat([_left_fit(kept, L), keys[:, L - 1 : -1]], 1) if self.config.oov_pointer else None",
+        "        context = F.pad(keys[:, :-1], (0, 0, 1, 0)) if self.config.oov_pointer else None",
         ["tests/test_open_vocabulary.py"],
     ),
     (

@@ -39,12 +39,14 @@ def test_a_prompts_line_breaks_are_not_taken_for_padding(name):
 
 @pytest.mark.parametrize("name", POINTER)
 def test_whole_sentence_prompt_gets_a_greedy_continuation(name):
-    """The case that ended at once: both models' first greedy token after this sentence is <eos>. Through the
-    folder's own pipeline the continuation goes on past it and holds words."""
-    assert {"ptb-pointer-sentinel-lstm-2x200", "wt2-pointer-sentinel-lstm-2x200"} <= set(POINTER)  # not skipped
+    """The case that ended at once: both shipped pointer models' first greedy token after this sentence is <eos> (the
+    one fine-tuned to copy writes a word first). Through each folder's own pipeline the continuation goes on past it
+    and holds words."""
+    ended_at_once = {"ptb-pointer-sentinel-lstm-2x200", "wt2-pointer-sentinel-lstm-2x200"}
+    assert ended_at_once <= set(POINTER)  # not skipped
     generator = pipeline("text-generation", model=str(PRETRAINED / name), trust_remote_code=True, dtype=torch.float32)
     prompt = "The game was released in Japan in 2011."
     first = generator(prompt, max_new_tokens=1, do_sample=False, return_tensors=True)[0]["generated_token_ids"][-1]
-    assert first == generator.tokenizer.eos_token_id
+    assert (first == generator.tokenizer.eos_token_id) == (name in ended_at_once)
     text = generator(prompt, max_new_tokens=20, do_sample=False)[0]["generated_text"]
     assert text.startswith(prompt) and any(c.isalpha() for c in text[len(prompt) :])

@@ -222,6 +222,13 @@ def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:]), t], 1)
 
 
+def _keep(t: torch.Tensor, order: torch.Tensor | None, L: int) -> torch.Tensor:
+    """The last L positions of t (B, n, *), or the L that `order` (B, L) picks."""
+    if order is None:
+        return t[:, -L:]
+    return t.gather(1, order if t.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
+
+
 class PointerSentinelHead(nn.Module):
     """Pointer attention over the window and the gate between pointer and vocabulary softmax."""
 
@@ -812,21 +819,14 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         keys = torch.cat([_left_fit(cache.window_states, L).to(h.dtype), h], 1)
         ids = torch.cat([_left_fit(cache.window_ids, L), input_ids], 1)
         key_valid = torch.cat([_left_fit(cache.window_mask, L), valid], 1)
-        context = None
-        if self.config.oov_pointer:
-            kept = cache.window_context if cache.window_context is not None else keys.new_zeros(B, 0, D)
-            context = torch.cat([_left_fit(kept, L).to(h.dtype), keys[:, L - 1 : -1]], 1)
+        kept = (cache.window_context if cache.window_context is not None else keys[:, :0]).to(h.dtype)
+        context = torch.cat([_left_fit(kept, L), keys[:, L - 1 : -1]], 1) if self.config.oov_pointer else None
         # Without a mask every new position is real, and empty slots only ever sit in front. With one, a stable sort
         # moves padding in front, real positions keep their order: keep the last L of those.
         order = None if mask is None else torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
-
-        def keep(t):
-            if order is None:
-                return t[:, -L:]
-            return t.gather(1, order if t.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, D))
-
-        cache.window_states, cache.window_ids, cache.window_mask = keep(keys).to(self.dtype), keep(ids), keep(key_valid)
-        cache.window_context = None if context is None else keep(context).to(self.dtype)
+        cache.window_states, cache.window_ids, cache.window_mask = (_keep(t, order, L) for t in (keys, ids, key_valid))
+        cache.window_states = cache.window_states.to(self.dtype)
+        cache.window_context = None if context is None else _keep(context, order, L).to(self.dtype)
         return keys, ids, key_valid, context
 
     def _pointer(self, cache, h, input_ids, mask) -> Pointer:
