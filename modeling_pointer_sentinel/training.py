@@ -194,10 +194,10 @@ def is_oov_weight(name: str) -> bool:
 
 
 def start_oov_pointer(model):
-    """`model` (a pointer model with oov_slots) with the placeholders' own embedding, pointer query and repeat odds
-    (`config.oov_pointer`), started as `<unk>`'s embedding, the pointer's query and the pointer's own odds (a zero
-    logit): it scores exactly as `model` did until training moves them. `model` itself is left as it was. A model
-    without placeholders or without the pointer: the config's ValueError."""
+    """`model` (a pointer model with oov_slots) with the placeholders' own embedding, pointer queries and repeat odds
+    (`config.oov_pointer`), started as `<unk>`'s embedding, the pointer's query, a context query of zero and the
+    pointer's own odds (a zero logit): it scores exactly as `model` did until training moves them. `model` itself is
+    left as it was. A model without placeholders or without the pointer: the config's ValueError."""
     config = model.config
     if config.oov_pointer:
         return model
@@ -214,7 +214,7 @@ def start_oov_pointer(model):
 
 
 def parameter_groups(model, oov_lr_scale: float = 1.0) -> list[dict]:
-    """The optimizer's groups: the placeholders' embedding, query and repeat odds (`config.oov_pointer`) learn at
+    """The optimizer's groups: the placeholders' embedding, queries and repeat odds (`config.oov_pointer`) learn at
     `oov_lr_scale` times the rate of the rest (each group's `lr_scale`)."""
     oov = [p for n, p in model.named_parameters() if is_oov_weight(n)]
     ids = {id(p) for p in oov}

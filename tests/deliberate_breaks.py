@@ -107,8 +107,8 @@ MUTS = [
     (
         "oov pointer context: the decode step starts from zero c_i, not the cache's",
         GEN,
-        "        cache.window_context.clone() if window and cache.window_context is not None else None,",
-        "        torch.zeros_like(cache.window_context) if window and cache.window_context is not None else None,",
+        "        cache.window_context.clone() if cache.window_context is not None else None,",
+        "        torch.zeros_like(cache.window_context) if cache.window_context is not None else None,",
         ["tests/test_open_vocabulary.py"],
     ),
     (

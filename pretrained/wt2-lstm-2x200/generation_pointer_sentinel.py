@@ -209,7 +209,7 @@ def decode_state(cache: PointerSentinelCache) -> DecodeState:
         [h.clone() for h in cache.hidden], [c.clone() for c in cache.cell],
         cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
         cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
-        cache.window_context.clone() if window and cache.window_context is not None else None,
+        cache.window_context.clone() if cache.window_context is not None else None,
     )  # fmt: skip
 
 

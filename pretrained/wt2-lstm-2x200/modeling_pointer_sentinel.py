@@ -25,12 +25,13 @@ Regularisers (all off by default; AWD-LSTM, Merity et al. 2017, and zoneout, Kru
     weight drop: DropConnect on W_hh, one mask per call;  zoneout: each unit keeps its previous h / c with
     probability p (at evaluation, the expectation h = p h_prev + (1 - p) h_new).
 
-The recurrent state and the window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked
-== whole-sequence at evaluation. `pointer_mixture` (2.4) and `pointer_target_log_prob` (2.5/2.6) are the only
+The recurrent state and the window of L hidden states travel between calls in a `PointerSentinelCache`, so chunked ==
+whole-sequence at evaluation. `pointer_mixture` (2.4) and `pointer_target_log_prob` (2.5/2.6) are the only
 implementations of the mixture; forward, the logits processor and evaluation use them. Open vocabulary
-(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding (or,
-with `config.oov_pointer`, the placeholders' own, and the pointer scores them with its own query), the pointer copies
-it (2.4), and <unk>'s vocabulary share is split between them and a new word (`split_unknown`).
+(`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding (or, with
+`config.oov_pointer`, the placeholders' own, and the pointer scores them with its own queries of each one and of the
+state before it), the pointer copies it (2.4), and <unk>'s vocabulary share is split between them and a new word
+(`split_unknown`).
 """
 
 import math
