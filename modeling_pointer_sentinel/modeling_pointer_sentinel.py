@@ -893,10 +893,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         if places is None:
             return None
         if cache.oov_used is None:
-            cache.oov_used, cache.unk_count = (
-                input_ids.new_zeros(input_ids.shape[0]),
-                input_ids.new_zeros(input_ids.shape[0]),
-            )
+            cache.oov_used = cache.unk_count = input_ids.new_zeros(input_ids.shape[0])
         valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
         used, unk_count = places.history(input_ids, valid, cache.oov_used, cache.unk_count)
         cache.oov_used, cache.unk_count = used[:, -1], unk_count[:, -1]
@@ -1024,9 +1021,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         mask = _call_mask(attention_mask, T)
         pointer = self._pointer(cache, h, input_ids, mask) if self.pointer is not None else None
         places = self._placeholders(cache, input_ids, mask, pointer)
-        loss = (
-            self._loss(h, shift_labels, mask, pointer, places, num_items_in_batch) if shift_labels is not None else None
-        )
+        loss = None if shift_labels is None else self._loss(h, shift_labels, mask, pointer, places, num_items_in_batch)
         if self.training and loss is not None:
             logits = vocab_logits = None
         else:

@@ -49,6 +49,8 @@ class PointerSentinelCache:
         self.window_ids: torch.Tensor | None = None
         self.window_mask: torch.Tensor | None = None
         self.window_context: torch.Tensor | None = None  # (B, L, D) each window key's c_i, with `config.oov_pointer`
+        self.oov_used: torch.Tensor | None = None  # (B,) slots each row has used, k, with `config.oov_slots`
+        self.unk_count: torch.Tensor | None = None  # (B,) its literal <unk>, n_unk (`new_word`)
         self.seen_tokens = 0
 
     @property
@@ -68,6 +70,8 @@ class PointerSentinelCache:
             )
         if self.window_context is not None:
             self.window_context = fn(self.window_context)
+        if self.oov_used is not None:
+            self.oov_used, self.unk_count = fn(self.oov_used), fn(self.unk_count)
         return self
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
@@ -123,9 +127,10 @@ class PackedAdaptiveSoftmax(NamedTuple):
 
 class DecodeState(NamedTuple):
     """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
-    (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write.
-    Attention is a softmax over the slots and the mixture sums per word, so their order does not matter; the cache
-    gets them back oldest first."""
+    (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write;
+    with `config.oov_slots` each row's history, used (k) and unk_count (n_unk) (`new_word`). Attention is a softmax
+    over the slots and the mixture sums per word, so their order does not matter; the cache gets them back oldest
+    first."""
 
     hidden: list[torch.Tensor]
     cell: list[torch.Tensor]
@@ -134,6 +139,8 @@ class DecodeState(NamedTuple):
     valid: torch.Tensor | None  # (B, L)
     slot: torch.Tensor  # () long
     context: torch.Tensor | None = None  # (B, L, D)
+    used: torch.Tensor | None = None  # (B,) long
+    unk_count: torch.Tensor | None = None  # (B,) long
 
 
 def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) -> PackedWeights:
@@ -168,6 +175,12 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, embed, lstm_cell, pointer_mixture, zoneout
 
     places = Placeholders.of(model.config)
+    if places is not None:  # the row's history, as forward's `_placeholders` carries it
+        used, unk_count = places.history(ids.unsqueeze(1), torch.ones_like(ids, dtype=torch.bool).unsqueeze(1),
+                                         state.used, state.unk_count)  # fmt: skip
+        state.used.copy_(used[:, 0])
+        state.unk_count.copy_(unk_count[:, 0])
+        places = places._replace(used=state.used, unk_count=state.unk_count)
     x = embed(ids, w.embedding, places, model.model.oov_embedding)
     p = model.config.zoneout
     for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
@@ -210,12 +223,15 @@ def decode_state(cache: PointerSentinelCache) -> DecodeState:
         cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
         cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
         cache.window_context.clone() if cache.window_context is not None else None,
+        *((cache.oov_used.clone(), cache.unk_count.clone()) if cache.oov_used is not None else ()),
     )  # fmt: skip
 
 
 def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
     """The decoded steps into the cache, the window oldest first again."""
     cache.hidden, cache.cell = state.hidden, state.cell
+    if state.used is not None:
+        cache.oov_used, cache.unk_count = state.used, state.unk_count
     if state.keys is not None:
         shift = -int(state.slot)
         cache.window_states, cache.window_ids, cache.window_mask = (
@@ -319,6 +335,7 @@ class PointerStash:
         self.pointer_probs: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None
         self.placeholders = None  # the model's `Placeholders`, or None for a closed vocabulary
+        self.suppress_new_slot = False  # generate suppresses <unk>, so each row's next unused slot too
 
 
 class PointerSentinelLogitsProcessor(LogitsProcessor):
@@ -336,7 +353,18 @@ class PointerSentinelLogitsProcessor(LogitsProcessor):
         if s.log_gate is None:
             raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
         log_probs = torch.log_softmax(_upcast(scores), -1)
-        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
+        mixed = pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
+        return suppress_new_slot(mixed, s.placeholders) if s.suppress_new_slot else mixed
+
+
+def suppress_new_slot(scores: torch.Tensor, places) -> torch.Tensor:
+    """-inf, in place, on each row's next unused slot V + k (k < N): a new word, which has no spelling to write, as
+    `<unk>` has none. scores (B, V + N); places carries k (B,)."""
+    if places is None or places.used is None:
+        return scores
+    k = places.used.unsqueeze(-1)
+    column = (places.first + k).clamp(max=scores.shape[-1] - 1)
+    return scores.scatter_(-1, column, torch.where(k < places.n, -torch.inf, scores.gather(-1, column)))
 
 
 class PointerSentinelGenerationMixin(GenerationMixin):
@@ -377,6 +405,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         """Greedy search and sampling. After the prompt (transformers' prefill), each token is one `decode_step`
         instead of a forward call; token selection, processors, stopping criteria, streamer and outputs are those
         of transformers' `_sample`. Falls back to it where the step does not apply."""
+        from .modeling_pointer_sentinel import Placeholders
+
         stash = model_kwargs.get("pointer_stash") or PointerStash()
         if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
                 or model_kwargs.get("past_key_values") is None):  # fmt: skip
@@ -388,6 +418,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         weights, state = self._packed_weights(), decode_state(cache)
         step = self._compiled_decode_step() if stash.decode_step == "compiled" else decode_step
         mix = stash.mix and self.pointer is not None
+        new_slot = Placeholders.of(self.config) if mix and stash.suppress_new_slot else None
         # The prompt's last position comes from forward, which leaves the mixing to the pointer's processor.
         later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))
         logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
@@ -431,6 +462,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             if done:
                 break
             log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
+            if new_slot is not None:
+                log_p = suppress_new_slot(log_p, new_slot._replace(used=state.used))
             steps += 1
             logits = vocab.float()
             # later masks in place, so it gets scores of its own, never the logits kept for output_logits
@@ -490,6 +523,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             # Forward hands the pointer to this stash and returns vocabulary logits; the processor mixes first,
             # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
             stash = model_kwargs.setdefault("pointer_stash", PointerStash())
+            stash.suppress_new_slot = self.config.unk_token_id in (generation_config.suppress_tokens or [])
             if stash.mix:
                 processors.insert(0, PointerSentinelLogitsProcessor(stash))
         return processors
