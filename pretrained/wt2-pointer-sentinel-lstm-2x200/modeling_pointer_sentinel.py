@@ -393,7 +393,7 @@ class Placeholders(NamedTuple):
         """(k, n_unk) after each position of ids (B, T) (padding, valid False, counts for nothing), from the (B,)
         values before them: the row's history as `new_word` reads it."""
         slot = torch.where(valid, ids - self.first + 1, 0).clamp(min=0)
-        k = torch.maximum(slot.cummax(1).values, used.unsqueeze(1))
+        k = torch.maximum(slot.cummax(1).values if ids.shape[1] > 1 else slot, used.unsqueeze(1))  # ONNX: no cummax
         return k, (valid & (ids == self.unk)).long().cumsum(1) + unk_count.unsqueeze(1)
 
     def at(self, pick) -> "Placeholders":
