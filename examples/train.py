@@ -310,6 +310,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     is_oov_weight,
     make_segment,
     nt_asgd_triggered,
+    number_slots_per_row,
     parameter_groups,
     run_segment,
     segment_schedule,
@@ -796,7 +797,10 @@ def main(argv=None):
         ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
     B = args.per_device_train_batch_size
     try:
-        train = shard_streams(ids["train"], B, W, rank).to(accelerator.device)
+        train = shard_streams(ids["train"], B, W, rank)
+        if args.unseen_word_rate:
+            train = number_slots_per_row(train, cfg.vocab_size, cfg.oov_slots, args.unseen_word_block, rank * B)
+        train = train.to(accelerator.device)
         evals = {
             s: shard_streams(t, args.per_device_eval_batch_size, W, rank).to(accelerator.device)
             for s, t in ids.items()

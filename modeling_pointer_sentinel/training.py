@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .modeling_pointer_sentinel import PointerSentinelCache
+from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache
 from .tokenization import ends_lines_with_eos
 
 BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
@@ -188,6 +188,25 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
     return out
 
 
+def number_slots_per_row(streams: torch.Tensor, vocab_size: int, oov_slots: int, block: int, first_row: int = 0):
+    """(B, n) streams whose placeholders are numbered 0, 1, 2, ... (mod oov_slots) in each row's order of first
+    occurrence, as the tokenizer numbers a text's unseen words and the model's new-word share reads them (`new_word`):
+    `simulate_unseen_words` numbers the whole split, and a row starts part-way through it. A placeholder id is one
+    word within one simulation block of the flat split (rows are its consecutive pieces, `first_row` the first)."""
+    out, n = streams.clone(), streams.shape[1]
+    for r, row in enumerate(out):
+        at = (row >= vocab_size).nonzero().squeeze(1)
+        if at.numel() == 0:
+            continue
+        keys = ((first_row + r) * n + at) // block * oov_slots + row[at] - vocab_size  # (block, slot): one word
+        words, which = torch.unique(keys, return_inverse=True)
+        first = torch.full((len(words),), at.numel()).scatter_reduce(0, which, torch.arange(at.numel()), "amin")
+        order = torch.empty_like(first)
+        order[first.argsort()] = torch.arange(len(words))
+        row[at] = vocab_size + order[which] % oov_slots
+    return out
+
+
 def is_oov_weight(name: str) -> bool:
     """Whether a parameter's name is one of the placeholders' own weights (`config.oov_pointer`)."""
     return any(part.startswith("oov_") for part in name.split("."))
@@ -301,14 +320,25 @@ def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str, o
         out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=cache, **kw)
         return out.loss, out, out.past_key_values.detach_()
     fresh = PointerSentinelCache()  # a new window each segment: every key is recomputed with the current weights
-    fresh.hidden, fresh.cell = cache.hidden, cache.cell
+    fresh.hidden, fresh.cell, fresh.oov_used, fresh.unk_count = (
+        cache.hidden,
+        cache.cell,
+        cache.oov_used,
+        cache.unk_count,
+    )
     out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=fresh, split_state_at=seg.split or None,
                 **kw)  # fmt: skip
     nxt = PointerSentinelCache()
     if seg.split:
         nxt.hidden, nxt.cell = ([t.detach() for t in ts] for ts in out.split_state)
+        if places := Placeholders.of(model.config):  # the row's history where the next segment starts (`new_word`)
+            x = seg.input_ids[:, : seg.split]
+            zero = x.new_zeros(x.shape[0])
+            start = (t if t is not None else zero for t in (cache.oov_used, cache.unk_count))
+            nxt.oov_used, nxt.unk_count = (t[:, -1] for t in places.history(x, torch.ones_like(x, dtype=torch.bool),
+                                                                             *start))  # fmt: skip
     else:
-        nxt.hidden, nxt.cell = cache.hidden, cache.cell
+        nxt.hidden, nxt.cell, nxt.oov_used, nxt.unk_count = cache.hidden, cache.cell, cache.oov_used, cache.unk_count
     return out.loss, out, nxt
 
 

@@ -267,6 +267,10 @@ def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
     plain, rewritten = run("open"), run("open", "--unseen_word_rate", "1", "--unseen_word_max_count", "1000")
     losses = lambda rows: [r["train_loss"] for r in rows if "train_loss" in r]  # noqa: E731
     assert losses(plain) != losses(rewritten)
+    # every placeholder target scores finite: each row's slots numbered from 0 (`number_slots_per_row`), the window
+    # scheme carrying the row's history across segments
+    assert all(math.isfinite(x) for x in losses(rewritten) + losses(run("open", "--unseen_word_rate", "1",
+               "--unseen_word_max_count", "1000", "--scheme", "window")))  # fmt: skip
     with pytest.raises(SystemExit):
         run("closed", "--unseen_word_rate", "0.5")
     assert "--unseen_word_rate needs a model with oov_slots >= 2" in capsys.readouterr().err
