@@ -93,3 +93,16 @@ def test_random_placeholder_heavy_text_scores_the_same(data):
     torch.manual_seed(data.draw(st.integers(0, 3)))
     model = tiny_model(oov_slots=N, unk_token_id=UNK, pointer_window=5, **variant).eval()
     agree(model, torch.tensor([ids]), chunks=(data.draw(st.integers(1, T - 1)),))
+
+
+def test_generate_never_writes_a_new_slot_which_has_no_spelling():
+    """<unk> made the likeliest word: generate suppresses it, and with it each row's next unused slot V + k (the new
+    word's other surface), on every decode path; the row's used slots stay open to it."""
+    model = tiny_model(oov_slots=N, unk_token_id=UNK, pointer_window=5).eval()
+    with torch.no_grad():
+        model.lm_head.bias[UNK] = 30.0
+    model.generation_config.suppress_tokens = [UNK]
+    prompt = torch.tensor([[1, 2, 5, 6], [1, 23, 2, 24]])
+    for step in ("fast", "forward"):
+        new = model.generate(prompt, max_new_tokens=6, do_sample=False, decode_step=step, pad_token_id=0)[:, 4:]
+        assert (new[0] < V).all() and ((new[1] < V) | (new[1] == 23) | (new[1] == 24)).all(), (step, new)

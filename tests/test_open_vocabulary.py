@@ -149,6 +149,7 @@ def test_decode_step_equals_forward_with_placeholders(variant):
     assert (cache.window_context is None) == (variant != "oov_pointer")
     for name in ("window_states", "window_context"):
         torch.testing.assert_close(getattr(mirror, name), getattr(cache, name), msg=name)
+    assert torch.equal(mirror.oov_used, cache.oov_used) and torch.equal(mirror.unk_count, cache.unk_count)
 
 
 def test_chunks_after_right_padding_score_as_the_whole_with_placeholders():
