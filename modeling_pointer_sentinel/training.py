@@ -167,25 +167,62 @@ def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vo
 
 
 def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, rate: float, max_count: int = 10,
-                          block: int = 1000, seed: int = 0) -> torch.Tensor:  # fmt: skip
+                          block: int = 1000, seed: int = 0, window: int | None = None) -> torch.Tensor:  # fmt: skip
     """Training text in which some rare words play words the vocabulary lacks, so the pointer learns to copy
-    placeholders (`config.oov_slots`). In each block of `block` tokens, each word seen at most `max_count` times in
-    `ids` is chosen with probability `rate` and written as one placeholder throughout the block, slots in order of
-    first occurrence, as the tokenizer numbers a text's unseen words. A block's slots follow the previous block's
-    (modulo oov_slots), so a window reaching back over a block boundary never holds one slot for two words; slots
-    are interchangeable to the model (each reads <unk>'s embedding), so the numbering is no mismatch."""
-    if not 0 <= rate <= 1 or block < 1 or oov_slots < 2:
-        raise ValueError(f"Need 0 <= rate <= 1, block >= 1 and oov_slots >= 2; got {rate}, {block} and {oov_slots}.")
+    placeholders (`config.oov_slots`). In each block of `block` tokens, each distinct word seen at most `max_count`
+    times in `ids` is chosen with probability `rate` (wherever in the block it first occurs), and its occurrences in
+    the block are written as placeholders.
+
+    Slots are given as the text runs (`placeholder_slots`), so that no `window` consecutive tokens (the pointer window
+    L, `config.pointer_window`; default `block`, the safe side) hold one slot for two words or one word under two
+    slots: a word keeps its slot (across a block boundary too) until the slot is needed for another word, and a new
+    word takes the least recently used slot that no window holds. With oov_slots >= window a slot is always free, so
+    every occurrence of a chosen word is renamed: `rate` of the qualifying tokens, at every block position. With
+    fewer slots, an occurrence that finds none free stays itself (examples/unseen_word_simulation.py measures
+    the effective rate).
+    Slots are interchangeable to the model (each reads <unk>'s embedding), so their numbering is no mismatch.
+
+    A block shorter than `window` is refused (ValueError): every window would reach into two or three blocks, each
+    choosing its words afresh, so most windows would hold a word both as itself and as an unseen word."""
+    window = block if window is None else window
+    if not 0 <= rate <= 1 or block < 1 or oov_slots < 2 or window < 1:
+        raise ValueError(f"Need 0 <= rate <= 1, block >= 1, oov_slots >= 2 and window >= 1; got {rate}, {block}, "
+                         f"{oov_slots} and {window}.")  # fmt: skip
+    if block < window:
+        raise ValueError(f"unseen_word_block ({block}) must be at least the pointer window ({window} tokens).")
     rare = torch.bincount(ids, minlength=vocab_size) <= max_count
-    g, out, slot = torch.Generator().manual_seed(seed), ids.clone(), 0
+    g, chosen = torch.Generator().manual_seed(seed), torch.zeros(ids.shape, dtype=torch.bool)
     for s in range(0, ids.numel(), block):
         part = ids[s : s + block]
         words = torch.tensor(list(dict.fromkeys(part[rare[part]].tolist())), dtype=ids.dtype)  # first occurrence order
-        chosen = words[torch.rand(words.numel(), generator=g) < rate][: oov_slots // 2]
-        for k, word in enumerate(chosen.tolist()):
-            out[s : s + block][part == word] = vocab_size + (slot + k) % oov_slots
-        slot = (slot + chosen.numel()) % oov_slots
+        chosen[s : s + block] = torch.isin(part, words[torch.rand(words.numel(), generator=g) < rate])
+    out, at = ids.clone(), chosen.nonzero().flatten()
+    slots = placeholder_slots(at.tolist(), ids[at].tolist(), oov_slots, window)
+    kept = torch.tensor([k >= 0 for k in slots], dtype=torch.bool)
+    out[at[kept]] = vocab_size + torch.tensor(slots, dtype=ids.dtype)[kept]
     return out
+
+
+def placeholder_slots(positions: list[int], words: list[int], oov_slots: int, window: int) -> list[int]:
+    """The slot of each renamed occurrence (`words[i]` at `positions[i]`, increasing), or -1 where none is free: a word
+    keeps the slot it holds; a word without one takes the least recently used slot, if no `window` consecutive
+    positions hold its last use and this one (the slot's previous word then loses it)."""
+    last = dict.fromkeys(range(oov_slots), -window)  # slot -> its last use, least recently used first
+    holder, held = {}, {}  # word -> slot, slot -> word
+    found = []
+    for t, w in zip(positions, words, strict=True):
+        k = holder.get(w)
+        if k is None:
+            k = next(iter(last))
+            if t - last[k] < window:  # the least recently used slot is in a window with t: so is every other
+                found.append(-1)
+                continue
+            holder.pop(held.get(k), None)
+            holder[w], held[k] = k, w
+        del last[k]
+        last[k] = t
+        found.append(k)
+    return found
 
 
 def is_oov_weight(name: str) -> bool:
