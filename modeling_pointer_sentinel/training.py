@@ -11,34 +11,13 @@ Two schemes (see README "Training schemes"):
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from .data import BUNDLED as BUNDLED  # where callers read it
+from .data import SPLITS, TokenStreams, split_files
 from .modeling_pointer_sentinel import PointerSentinelCache
 from .tokenization import ends_lines_with_eos
-
-BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
-SPLITS = ("train", "validation", "test")
-
-
-def split_files(train_file: str | None = None, validation_file: str | None = None,
-                test_file: str | None = None) -> dict[str, str]:  # fmt: skip
-    """Each split's text file: the local files given (only those splits: evaluation needs no train), or the bundled
-    WikiText-2 when none is; each must exist and hold something."""
-    if train_file or validation_file or test_file:
-        files = {"train": train_file, "validation": validation_file, "test": test_file}
-    else:
-        files = {
-            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
-        }
-    files = {k: v for k, v in files.items() if v}
-    for split, path in files.items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"The {split} file {path} does not exist.")
-        if Path(path).stat().st_size == 0:
-            raise ValueError(f"The {split} file {path} is empty.")
-    return files
 
 
 def load_text_splits(
@@ -278,8 +257,6 @@ def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: i
     rows = slice(process_index * batch_size, (process_index + 1) * batch_size)
     if torch.is_tensor(ids):
         return ids[: n * total].view(total, n)[rows]
-    from .data import TokenStreams
-
     return TokenStreams(ids[: n * total].reshape(total, n)[rows])
 
 
