@@ -22,6 +22,7 @@ M = "modeling_pointer_sentinel/modeling_pointer_sentinel.py"
 GEN = "modeling_pointer_sentinel/generation_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
+CKL, CKU = "modeling_pointer_sentinel/checkpointing.py", "tests/test_checkpointing.py"  # the library moved out of T
 A = "tests/test_adaptive_softmax.py"
 E = "modeling_pointer_sentinel/evaluation.py"
 DYN = ["tests/test_dynamic_evaluation.py"]
@@ -1370,14 +1371,14 @@ MUTS = [
     ),
     (
         "checkpoint: latest takes the newest folder, whole or not",
-        T,
+        CKL,
         "        if (why := incomplete(folder)) is None:\n            return folder",
         "        if (why := None) is None:\n            return folder",
         CKPT,
     ),
     (
         "checkpoint: the best weights copy a tied matrix twice",
-        T,
+        CKL,
         "            if id(tensor) not in copies:",
         "            if True:",
         ["tests/test_checkpoints.py::test_sigkill_inside_saves_then_resume_latest_ends_bit_exact"],
@@ -1586,21 +1587,21 @@ MUTS = [
     ),
     (
         "checkpoint: a step saved again loses its first checkpoint before the second is whole",
-        T,
+        CKL,
         "        if final.exists():  # this step saved before: whole until the new one takes its name",
         "        if final.exists() and not shutil.rmtree(final) and final.exists():",
         CKPT,
     ),
     (
         "checkpoint: a first checkpoint left renamed is not put back",
-        T,
-        "            restore_replaced(out_dir, accelerator.print)",
-        "            pass",
+        CKL,
+        "        restore_replaced(out_dir, accelerator.print)",
+        "        pass",
         CKPT,
     ),
     (
         "checkpoint: a replaced checkpoint is left behind",
-        T,
+        CKL,
         'for leftover in [*out_dir.glob("step_*.incomplete"), *out_dir.glob("step_*.replaced")]:',
         'for leftover in out_dir.glob("step_*.incomplete"):',
         CKPT,
@@ -1614,21 +1615,21 @@ MUTS = [
     ),
     (
         "best weights: named as a source they do not equal",
-        T,
+        CKL,
         "            if source is not None and all(torch.equal(w, source[k]) for k, w in self.weights.items()):",
         "            if source is not None:",
         ["tests/test_checkpoints.py::test_best_weights_name_an_equal_source_and_load_it_back"],
     ),
     (
         "best weights: the average's source is the live model",
-        T,
+        CKL,
         "            average = dict(zip(map(id, self.averager.params), self.averager.average, strict=True))",
         "            average = {}",
         ["tests/test_checkpoints.py::test_best_weights_name_an_equal_source_and_load_it_back"],
     ),
     (
         "best weights: a named source not loaded",
-        T,
+        CKL,
         '            self.keep(name=state["weights"])',
         "            self.weights = None",
         [
@@ -1648,7 +1649,7 @@ MUTS = [
     (
         "SIGUSR1: no checkpoint at the epoch end",
         T,
-        "        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run, layout())\n"
+        "        save_checkpoint(accelerator, out_dir, state.step, states, cache, args.checkpoints_total_limit, run, layout())\n"
         "        saved = ",
         "        saved = ",
         [
@@ -1678,21 +1679,21 @@ MUTS = [
     ),
     (
         "checkpoint: written under its final name",
-        T,
+        CKL,
         "    accelerator.save_state(tmp)",
         "    tmp = final\n    accelerator.save_state(tmp)",
         CKPT,
     ),
     (
         "checkpoint: a file's size not checked",
-        T,
+        CKL,
         "if not path.is_file() or path.stat().st_size != size:",
         "if not path.is_file():",
         CKPT,
     ),
     (
         "checkpoint: half-deleted folders left behind",
-        T,
+        CKL,
         '            say(f"removing {folder}: incomplete ({why})")\n            shutil.rmtree(folder)',
         '            say(f"removing {folder}: incomplete ({why})")',
         CKPT,
@@ -1700,15 +1701,15 @@ MUTS = [
     (
         "checkpoint: tied weights left to accelerate (a warning per save)",
         T,
-        "    accelerator.register_save_state_pre_hook(save_tied_weights_once)",
+        "    save_tied_weights_once(accelerator)\n",
         "",
         CKPT,
     ),
     (
         "checkpoint: an incomplete folder named on the command line accepted",
         T,
-        "        if why := incomplete(named):",
-        "        if why := None:",
+        "and (why := incomplete(Path(args.resume_from_checkpoint))):",
+        "and (why := None):",
         CKPT,
     ),
     (
@@ -2555,14 +2556,14 @@ ELASTIC_REFUSED = [f"{EL}::test_a_resume_that_would_cut_other_streams_is_one_err
 MUTS += [
     (
         "elastic: saved ranks' stream rows joined in reverse rank order",
-        T,
+        CKL,
         "return torch.cat(list(parts))[skip : skip + B]",
         "return torch.cat(list(parts)[::-1])[skip : skip + B]",
         ELASTIC_RUNS,
     ),
     (
         "elastic: every rank takes the first saved rows",
-        T,
+        CKL,
         "skip = first % saved_batch",
         "skip = 0",
         ELASTIC_RUNS,
@@ -2576,7 +2577,7 @@ MUTS += [
     ),
     (
         "elastic: the evaluation streams' count not compared",
-        T,
+        CKL,
         "if W * B == streams and W * E == evals:",
         "if W * B == streams:",
         ELASTIC_REFUSED,
@@ -2590,17 +2591,10 @@ MUTS += [
     ),
     (
         "elastic: a checkpoint without a layout resumed on another world size",
-        T,
+        CKL,
         "        if saved_w == W:",
         "        if True:",
         ELASTIC_REFUSED,
-    ),
-    (
-        "multi-rank resume: the stream state mapped onto the rank's device cpu:0",
-        T,
-        'weights_only=False, map_location="cpu")',
-        "weights_only=False, map_location=accelerator.device)",
-        [f"{CK}::test_two_rank_run_killed_in_training_and_in_saves_resumes_latest_bit_exact"],
     ),
     (
         "ddp timeout: not passed to the process group",
@@ -2611,24 +2605,90 @@ MUTS += [
     ),
     (
         "run ids: clean-up deletes another run's checkpoints",
-        T,
+        CKL,
         "        if read_manifest(folder) is not None and owner(folder) not in own:\n            continue",
         "        if False:\n            continue",
         [f"{CK}::test_clean_up_removes_only_the_runs_own_folders"],
     ),
     (
         "run ids: clean-up deletes another run's leftovers",
-        T,
+        CKL,
         "        if owner(leftover) in own:",
         "        if True:",
         [f"{CK}::test_clean_up_removes_only_the_runs_own_folders"],
     ),
     (
         "run ids: a fresh run beside another run's checkpoints is not refused",
-        T,
-        "if out_dir.is_dir() else []) and not args.overwrite_output_dir:",
+        CKL,
+        "if out_dir.is_dir() else []) and not overwrite:",
         "if out_dir.is_dir() else []) and False:",
-        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
+        [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting", CKU],
+    ),
+    (
+        "checkpoint: accelerate's pickles read with code allowed",
+        CKL,
+        'accelerate_load(path, map_location="cpu", weights_only=True, mmap=True)',
+        'accelerate_load(path, map_location="cpu", weights_only=False, mmap=True)',
+        [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
+    ),
+    (
+        "checkpoint: files not checked before loading",
+        CKL,
+        "    check_files(folder)\n    if legacy",
+        "    if legacy",
+        [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
+    ),
+    (
+        "checkpoint: the forged-file message names no file",
+        CKL,
+        'return CheckpointError(f"{path} is forged or damaged',
+        'return CheckpointError(f"{path.parent} is forged or damaged',
+        [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
+    ),
+    (
+        "checkpoint: a forged model.safetensors read by the oov check unchecked",
+        T,
+        "saved_oov = any(is_oov_weight(k) for k in saved_weight_names(resume))",
+        "saved_oov = any(is_oov_weight(k) for k in __import__('safetensors').safe_open(resume / 'model.safetensors', 'pt').keys())",
+        [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
+    ),
+    (
+        "checkpoint: the states registered with accelerate (pickled, loaded with code allowed)",
+        T,
+        "    save_tied_weights_once(accelerator)\n",
+        "    save_tied_weights_once(accelerator)\n    [accelerator.register_for_checkpointing(o) for o in states.values()]\n",
+        [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
+    ),
+    (
+        "checkpoint: a tied tensor stored twice in a state file",
+        CKL,
+        "            if view not in names:",
+        "            if True:",
+        [f"{CKU}::test_state_files_round_trip_with_a_tied_tensor_stored_once"],
+    ),
+    (
+        "checkpoint: a state file's None read back as something else",
+        CKL,
+        "    return structure\n",
+        "    return structure or 0\n",
+        [
+            f"{CKU}::test_state_files_round_trip_with_a_tied_tensor_stored_once",
+            f"{CKU}::test_streams_resharded_over_another_number_of_processes",
+        ],
+    ),
+    (
+        "checkpoint: a save cut short inside this module's files left as a whole checkpoint",
+        CKL,
+        '    tmp = incomplete_folder(out_dir, step, run["run_id"])\n',
+        "    tmp = final\n",
+        [f"{CKU}::test_a_save_cut_short_at_each_of_its_files_leaves_the_last_whole_checkpoint"],
+    ),
+    (
+        "elastic: the re-shard skips no rows of the first saved rank",
+        CKL,
+        "    skip = first % saved_batch",
+        "    skip = 0",
+        [f"{CKU}::test_streams_resharded_over_another_number_of_processes"],
     ),
     (
         "run ids: --overwrite_output_dir deletes nothing",
@@ -2639,14 +2699,14 @@ MUTS += [
     ),
     (
         "run ids: resuming a run's newest checkpoint starts a new run",
-        T,
+        CKL,
         "    if resume.parent.resolve() == out_dir.resolve() and not newer:",
         "    if False:",
         [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
     ),
     (
         "run ids: resuming an older checkpoint continues its run (no fork)",
-        T,
+        CKL,
         "        if int(f.name[5:]) > step and owner(f) == run_id and incomplete(f) is None",
         "        if False",
         [f"{CK}::test_resuming_an_older_checkpoint_forks_a_new_run_that_keeps_the_first_runs_checkpoints"],
@@ -2660,7 +2720,7 @@ MUTS += [
     ),
     (
         "run ids: the manifest does not name its run",
-        T,
+        CKL,
         'manifest = {"step": step, "run_id": run["run_id"], "files"',
         'manifest = {"step": step, "files"',
         [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
