@@ -242,3 +242,20 @@ def test_readme_repository_names_every_example_and_every_shipped_model():
     folders = [f for f in (ROOT / "pretrained").iterdir() if (f / "config.json").is_file()]
     count = {4: "four", 5: "five", 6: "six", 7: "seven"}[len(folders)]
     assert f"A clone holds the code, the {count} shipped models," in readme
+
+
+def test_readme_open_vocabulary_states_the_shipped_slot_limit():
+    """The Open vocabulary paragraph's placeholder range and limit are the shipped folders' `oov_slots`."""
+    slots = {json.loads((f / "config.json").read_text())["oov_slots"] for f in (ROOT / "pretrained").iterdir()}
+    assert len(slots) == 1
+    n = slots.pop()
+    words = " ".join(read("README.md").split())
+    assert f"placeholder id V..V+{n - 1} (`config.oov_slots`, {n}; past {n} distinct ones in one text the rest " \
+           "read as `<unk>`, with a warning)" in words  # fmt: skip
+
+
+def test_readme_onnx_prompt_starts_a_line():
+    """The README advises starting a prompt with a line break; onnx_generate.py reads --prompt as given (no escapes),
+    so its command passes a real one (bash's $'\\n...')."""
+    commands = [line for line in read("README.md").splitlines() if line.startswith("python examples/onnx_generate.py")]
+    assert commands and all("--prompt $'\\n" in c for c in commands), commands
