@@ -2013,8 +2013,8 @@ MUTS = [
     (
         "try_pretrained checks the test file after the samples",
         "examples/try_pretrained.py",
-        "    if args.test_file and not Path(args.test_file).is_file():",
-        "    if False:",
+        '    check_text_file(p, "--test_file", args.test_file, decode=True)',
+        "    pass",
         ["tests/test_cli.py::test_try_pretrained_bad_input_is_one_error_line_before_any_sample"],
     ),
     (
@@ -2843,6 +2843,128 @@ MUTS += [
         'if ODD_SPACE.search("".join(lines)):',
         "if False:",
         [f"{DC}::test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids"],
+    ),
+]
+
+MUTS += [  # issue 53 part 2: evaluate.py and try_pretrained.py input, the token cache's dtype, README figures
+    (
+        "cli: evaluate.py takes --num_threads but never sets torch's threads",
+        "examples/evaluate.py",
+        "        torch.set_num_threads(args.num_threads)\n    tok, model = load_saved_model(args.model)",
+        "        pass\n    tok, model = load_saved_model(args.model)",
+        ["tests/test_cli.py::test_evaluate_num_threads_sets_torchs_cpu_threads"],
+    ),
+    *(
+        (
+            f"cli: evaluate.py --{flag} unchecked",
+            "examples/evaluate.py",
+            'for n in ("batch_size", "bptt", "max_tokens", "num_threads")),',
+            "for n in {}),".format(tuple(n for n in ("batch_size", "bptt", "max_tokens", "num_threads") if n != flag)),
+            [f"{ARGS_FIRST[0]}[evaluate.py model --{flag} {value}]" for value in values],
+        )
+        for flag, values in (
+            ("bptt", ["0"]),
+            ("max_tokens", ["-5", "0"]),
+            ("batch_size", ["-1"]),
+            ("num_threads", ["0"]),
+        )
+    ),
+    (
+        "cli: a data folder reads as a missing file",
+        "examples/cli.py",
+        "    if path.is_dir():\n        parser.error(",
+        "    if False:\n        parser.error(",
+        [
+            f"{ARGS_FIRST[0]}[evaluate.py WT2 --test_file .]",
+            "tests/test_cli.py::test_try_pretrained_bad_input_is_one_error_line_before_any_sample",
+        ],
+    ),
+    (
+        "cli: an empty data file passes the command line",
+        "examples/cli.py",
+        "    if path.stat().st_size == 0:",
+        "    if False:",
+        [
+            f"{ARGS_FIRST[0]}[evaluate.py WT2 --test_file empty.txt]",
+            "tests/test_cli.py::test_try_pretrained_bad_input_is_one_error_line_before_any_sample",
+        ],
+    ),
+    (
+        "cli: try_pretrained.py reads a binary test file only after the samples",
+        "examples/try_pretrained.py",
+        'check_text_file(p, "--test_file", args.test_file, decode=True)',
+        'check_text_file(p, "--test_file", args.test_file, decode=False)',
+        ["tests/test_cli.py::test_try_pretrained_bad_input_is_one_error_line_before_any_sample"],
+    ),
+    (
+        "cli: a test file of blank lines passes the command line",
+        "examples/cli.py",
+        "    if blank:\n",
+        "    if False:\n",
+        ["tests/test_cli.py::test_try_pretrained_bad_input_is_one_error_line_before_any_sample"],
+    ),
+    (
+        "cli: a model folder without config.json passes the command line",
+        "examples/cli.py",
+        'missing = [] if (path / "config.json").is_file() else ["config.json"]',
+        "missing = []",
+        [f"{ARGS_FIRST[0]}[evaluate.py .]", f"{ARGS_FIRST[0]}[evaluate.py WT2 --compare .]"],
+    ),
+    (
+        "cli: a model folder without a tokenizer passes the command line",
+        "examples/cli.py",
+        "    if tokenizer and not any(",
+        "    if False and not any(",
+        [f"{ARGS_FIRST[0]}[evaluate.py .]"],
+    ),
+    (
+        "data cache: uint16 ids for every vocabulary",
+        "modeling_pointer_sentinel/data.py",
+        "<= 2**16 else np.uint32",
+        "<= 2**64 else np.uint32",
+        ["tests/test_data_cache.py::test_a_vocabulary_above_65536_words_keeps_its_ids"],
+    ),
+    (
+        "docs: README's int8 cost apart from the ONNX benchmark file",
+        "README.md",
+        "int8 costs +0.22% test perplexity",
+        "int8 costs +0.21% test perplexity",
+        ["tests/test_docs.py::test_readme_int8_cost_is_the_onnx_benchmark_file"],
+    ),
+    (
+        "docs: README's examples/ row misses a script",
+        "README.md",
+        "`unseen_names.py`, ",
+        "",
+        ["tests/test_docs.py::test_readme_repository_names_every_example_and_every_shipped_model"],
+    ),
+    (
+        "docs: README counts four shipped models",
+        "README.md",
+        "A clone holds the code, the five shipped models,",
+        "A clone holds the code, the four shipped models,",
+        ["tests/test_docs.py::test_readme_repository_names_every_example_and_every_shipped_model"],
+    ),
+    (
+        "docs: README's oov-pointer sample said to be one call's only sample",
+        "README.md",
+        "one call's 10 samples (`num_return_sequences=10`;",
+        "one call's 1 samples (`num_return_sequences=1`;",
+        ["tests/test_docs.py::test_readme_unseen_names_are_their_results_file"],
+    ),
+    (
+        "docs: README's placeholder limit apart from the shipped configs",
+        "README.md",
+        "past 256 distinct ones in one text",
+        "past 255 distinct ones in one text",
+        ["tests/test_docs.py::test_readme_open_vocabulary_states_the_shipped_slot_limit"],
+    ),
+    (
+        "docs: README's ONNX prompt without its line break",
+        "README.md",
+        "--prompt $'\\nThe game was released in'",
+        '--prompt "The game was released in"',
+        ["tests/test_docs.py::test_readme_onnx_prompt_starts_a_line"],
     ),
 ]
 
