@@ -8,7 +8,7 @@ export.json: the graph's inputs and outputs, the largest log-probability differe
 int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and OUT's tokenizer
 (transformers without PyTorch).
 
-The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
+The graph is one decode step, `decode_step` (modeling_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
 (), and with `config.oov_pointer` each key's c_i, context (B, L, D)); outputs are log p (B, V + N), the mixture's, and
 the same state after the step. N is `config.oov_slots`: ids V ... V+N-1 are placeholders for a text's out-of-vocabulary
@@ -69,13 +69,8 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
-from modeling_pointer_sentinel.generation_pointer_sentinel import (  # noqa: E402
-    DecodeState,
-    decode_state,
-    decode_step,
-    pack_weights,
-)
-from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders  # noqa: E402
+from modeling_pointer_sentinel.generation_pointer_sentinel import DecodeState, decode_state  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, decode_step, pack_weights  # noqa: E402
 
 
 class DecodeStepGraph(torch.nn.Module):
