@@ -32,6 +32,12 @@ def require(module: str):
     return pytest.importorskip(module)
 
 
+def test_ci_installs_chromium_as_the_readme_says():
+    """.ci/run's Chromium line is the README's, so a reader runs the browser test as CI does."""
+    line = next(x for x in (ROOT / ".ci" / "run").read_text().splitlines() if "apt-get install" in x)
+    assert "chromium" in line and f"`{line}`" in (ROOT / "README.md").read_text()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -70,8 +76,21 @@ def server(tmp_path_factory):
         log.close()
 
 
-def test_the_api_answers_as_documented(server):
-    """The README's gradio_client example, and a bad input answered with its message."""
+def test_the_readmes_api_example(server):
+    """The README's gradio_client example, run against the served page, prints what its comment says."""
+    require("gradio_client")
+    url, _ = server
+    readme = (ROOT / "README.md").read_text()
+    code = re.search(r"\*\*Demo\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
+    *lines, last = code.replace("http://127.0.0.1:7860/", url).strip().splitlines()
+    expression, shown = last.split("  # ")
+    scope = {}
+    exec("\n".join(lines), scope)
+    assert repr(eval(expression, scope)) == shown
+
+
+def test_the_api_answers_with_the_pages_numbers(server):
+    """/generate and /score give what the page shows, and a bad input is answered with its message."""
     client_module = require("gradio_client")
     url, _ = server
     client = client_module.Client(url, verbose=False)
