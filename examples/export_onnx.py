@@ -202,12 +202,17 @@ def quantize(src: Path, dst: Path):
 
 
 def tokenizer_code(folder: Path) -> list[str]:
-    """The tokenizer's own code files, named in tokenizer_config.json's auto_map (the open-vocabulary tokenizer is
-    remote code): the runner loads the tokenizer from the exported folder."""
-    path = folder / "tokenizer_config.json"
-    auto = json.loads(path.read_text()).get("auto_map", {}) if path.is_file() else {}
-    classes = auto.get("AutoTokenizer") or []
-    return sorted({f"{c.split('.')[0]}.py" for c in (classes if isinstance(classes, list) else [classes]) if c})
+    """The code files of the tokenizer and of the configuration, named in tokenizer_config.json's and config.json's
+    auto_map (both are remote code): the runner loads the tokenizer from the exported folder, and AutoTokenizer reads
+    config.json through its AutoConfig class first (without it, transformers falls back to a bare config and warns
+    that a `pointer_sentinel_lstm` checkpoint instantiates a model of another type)."""
+    names = set()
+    for file, key in (("tokenizer_config.json", "AutoTokenizer"), ("config.json", "AutoConfig")):
+        path = folder / file
+        auto = json.loads(path.read_text()).get("auto_map", {}) if path.is_file() else {}
+        classes = auto.get(key) or []
+        names |= {f"{c.split('.')[0]}.py" for c in (classes if isinstance(classes, list) else [classes]) if c}
+    return sorted(names)
 
 
 def parity_prompt(model, tokenizer) -> list[int]:
