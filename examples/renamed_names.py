@@ -124,7 +124,6 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_grad_enabled(False)
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     cfg = model.config

@@ -417,8 +417,10 @@ def test_renamed_names_ptb_renames_recurring_rare_words_within_segments(tmp_path
     tiny_model(vocab_size=len(vocab) - 8, oov_slots=8, unk_token_id=tok.unk_token_id, pointer_window=10,
                eos_token_id=tok.convert_tokens_to_ids("<eos>")).save_pretrained(folder)  # fmt: skip
     tok.save_pretrained(folder)
+    threads = torch.get_num_threads()
     (r,) = rn.main([str(folder), "--dataset", "ptb", "--data", str(d), "--split", "test", "--output",
-                    str(tmp_path / "out.json")])  # fmt: skip
+                    str(tmp_path / "out.json"), "--num_threads", str(threads)])  # fmt: skip
+    assert torch.is_grad_enabled() and torch.get_num_threads() == threads  # the test process as it was
     assert (r["dataset"], r["split"], r["cases"], r["in_window"]) == ("ptb", "test", 2, 1)
     assert json.loads((tmp_path / "out.json").read_text()) == [r]
 
