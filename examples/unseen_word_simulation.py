@@ -10,7 +10,8 @@ pointer window of the model it fine-tunes (L = 100), on the bundled training spl
 - windows (every L consecutive tokens; those crossing a block boundary apart) that hold one word under two slots, one
   slot for two words, or a word both as itself and as a placeholder.
 "before" is the function as it was at commit 8ed2c28 (`before`, kept here verbatim): a cap of oov_slots // 2 words per
-block, in first-occurrence order.
+block, in first-occurrence order. "after" is simulate_unseen_words given the window; "after_without_window" is it
+called without one (as train.py did at commit c50f5ef), so the block (1000) stands for the window.
 """
 
 import argparse
@@ -129,6 +130,8 @@ def main(argv=None):
     runs = {
         "before": before(ids, v, slots, rate, max_count, block),
         "after": simulate_unseen_words(ids, v, slots, rate, max_count, block, window=args.window),
+        # the call as train.py makes it until it passes window=cfg.pointer_window: the block is the window (safe side)
+        "after_without_window": simulate_unseen_words(ids, v, slots, rate, max_count, block),
     }
     result = {
         "command": "python examples/unseen_word_simulation.py"
