@@ -372,7 +372,7 @@ def _word(i, w: str, alpha: float, title: str, classes="w") -> str:
     )
 
 
-def words_html(prompt_words, words, selected=None) -> str:
+def words_html(prompt_words, words, selected=None, run="") -> str:
     """The prompt (grey) and the continuation, each word coloured by its pointer share."""
     head = " ".join("↵<br>" if w == "\n" else html.escape(w) for w in prompt_words)
     spans = []
@@ -380,7 +380,7 @@ def words_html(prompt_words, words, selected=None) -> str:
         cls = "w" + " copied" * r["copied"] + " unseen" * r["unseen"] + " sel" * (i == selected)
         title = f"p {r['probability']:.3f}: vocabulary {r['vocabulary']:.3f} + pointer {r['pointer']:.3f}"
         spans.append(_word(i, r["word"], 0.05 + 0.85 * r["pointer_share"], title, cls))
-    return f'<div class="ps-text"><span class="prompt">{head}</span> {" ".join(spans)}</div>'
+    return f'<div class="ps-text" data-run="{run}"><span class="prompt">{head}</span> {" ".join(spans)}</div>'
 
 
 def moment_html(r: dict) -> str:
@@ -418,11 +418,11 @@ def moment_html(r: dict) -> str:
     return f'<div class="ps-moment">{"".join(lines)}</table></div>'
 
 
-def compare_html(folder, text, plain, plain_text) -> str:
-    """The two continuations side by side."""
+def compare_html(folder, text, plain, plain_text, run="") -> str:
+    """The two continuations side by side (`run`: the click's stamp, once both are written)."""
     head = "".join(f"<th>{html.escape(f)}</th>" for f in (folder, plain))
     cells = "".join(f"<td>{html.escape(t)}</td>" for t in (text, plain_text))
-    return f"<table class='ps-compare'><tr>{head}</tr><tr>{cells}</tr></table>"
+    return f"<table class='ps-compare' data-run='{run}'><tr>{head}</tr><tr>{cells}</tr></table>"
 
 
 def message(text: str) -> str:
@@ -477,24 +477,25 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
 
     def on_generate(folder, prompt, *settings):
         t0, words, plain = time.perf_counter(), [], models.plain_partner(folder)
+        run = f"{time.time():.6f}"  # marks this click's renders (benchmarks/app.py times them)
         try:
             for prompt_words, words, mine in generate_words(models, folder, prompt, *settings):
                 yield (
-                    words_html(prompt_words, words),
+                    words_html(prompt_words, words, run=run),
                     gr.skip(),
                     compare_html(folder, mine, plain, "…"),
-                    f"{len(words)} words…",
+                    f'<span class="ps-status" data-run="{run}">{len(words)} words…</span>',
                     words,
                 )
             copied = [i for i, r in enumerate(words) if r["copied"]]
             first = copied[0] if copied else 0
             status = (
-                f"{len(words)} words in {time.perf_counter() - t0:.2f} s; {len(copied)} copied "
-                f"({sum(r['unseen'] for r in words)} unseen). Click a word."
+                f'<span class="ps-status" data-run="{run}">{len(words)} words in {time.perf_counter() - t0:.2f} s; '
+                f"{len(copied)} copied ({sum(r['unseen'] for r in words)} unseen). Click a word.</span>"
             )
-            yield words_html(prompt_words, words, first), moment_html(words[first]), gr.skip(), status, words
+            yield words_html(prompt_words, words, first, run), moment_html(words[first]), gr.skip(), status, words
             text = plain_continuation(models, plain, prompt, *settings)
-            yield gr.skip(), gr.skip(), compare_html(folder, mine, plain, text), status, words
+            yield gr.skip(), gr.skip(), compare_html(folder, mine, plain, text, run), status, words
         except Exception as e:
             yield gr.skip(), gr.skip(), gr.skip(), failure(e), words
 
