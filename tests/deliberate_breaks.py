@@ -3149,6 +3149,112 @@ MUTS += [  # issue 53 part 2: evaluate.py and try_pretrained.py input, the token
 ]
 
 
+DEMO, INSP = "examples/app.py", "modeling_pointer_sentinel/inspection.py"
+TA, TB = "tests/test_app.py", "tests/test_app_browser.py"
+BROWSER = f"{TB}::test_in_a_real_browser"
+MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's records), its browser checks, bad input
+    (
+        "demo page: pointer part from the neighbouring slot",
+        INSP,
+        "* attention[:, :, None]).sum(1)",
+        "* attention.roll(1, -1)[:, :, None]).sum(1)",
+        [TA],
+    ),
+    (
+        "demo page: vocabulary part (1 - g) p_vocab",
+        INSP,
+        "vocab = gate[:, None] * log_pv",
+        "vocab = (1 - gate[:, None]) * log_pv",
+        [f"{TA}::test_parts_sum_to_the_probability"],
+    ),
+    (
+        "demo page: an unseen word's first occurrence not read as <unk>",
+        INSP,
+        "y = torch.where((y >= V) & (log_p.gather(-1, y) == -torch.inf), unk, y)",
+        "y = y",
+        [f"{TA}::test_score_is_the_models_loss"],
+    ),
+    (
+        "demo page: pointer share shown as the vocabulary's",
+        DEMO,
+        '"pointer_share": share,',
+        '"pointer_share": 1 - share,',
+        [f"{TA}::test_the_pages_pointer_share_is_the_models"],
+    ),
+    (
+        "demo page: no word marked copied",
+        DEMO,
+        '"copied": unseen or share >= COPIED,',
+        '"copied": share > 1,',
+        [BROWSER],
+    ),
+    (
+        "demo page: unseen words shown as placeholders",
+        DEMO,
+        "        return table[k]\n",
+        '        return f"<oov-{k}>"\n',
+        [BROWSER],
+    ),
+    (
+        "demo page: the window view left empty",
+        DEMO,
+        '<p class="ps-window">{window}</p>',
+        '<p class="ps-window"></p>',
+        [BROWSER],
+    ),
+    ("demo page: the gate not shown", DEMO, "gate g = {g:.3f} <span", "<span", [BROWSER]),
+    (
+        "demo page: an empty prompt reaches the model",
+        DEMO,
+        "if not isinstance(prompt, str) or not prompt.strip():",
+        "if not isinstance(prompt, str):",
+        [BROWSER],
+    ),
+    (
+        "demo page: max_new_tokens unbounded",
+        DEMO,
+        '"max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS,',
+        '"max_new_tokens", max_new_tokens, 1, 10**6,',
+        [BROWSER],
+    ),
+    (
+        "demo page: a binary upload read as text",
+        DEMO,
+        '        if b"\\x00" in data:\n            raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")\n        return data.decode("utf-8")',
+        '        return data.decode("latin-1")',
+        [BROWSER],
+    ),
+    (
+        "demo page: a 10,000-word text scored",
+        DEMO,
+        "if (n := len(text.split())) > MAX_SCORE_WORDS:",
+        "if (n := len(text.split())) > 10 * MAX_SCORE_WORDS:",
+        [f"{TA}::test_bad_input_is_a_message"],
+    ),
+    (
+        "demo page: a typed folder reaches from_pretrained",
+        DEMO,
+        "        if folder not in self.folders:\n",
+        "        if False:\n",
+        [BROWSER],
+    ),
+    (
+        "demo page: bad input raised, not a message",
+        DEMO,
+        "        return message(str(e))\n",
+        "        raise e\n",
+        [BROWSER],
+    ),
+    (
+        "demo page: CI installs another package than the README's Chromium",
+        ".ci/run",
+        "apt-get install -y -q chromium;",
+        "apt-get install -y -q chromium-driver;",
+        [f"{TB}::test_ci_installs_chromium_as_the_readme_says"],
+    ),
+]
+
+
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *tests],
