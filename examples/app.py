@@ -564,11 +564,14 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
             view = gr.State(None)
         settings = [mode, max_new, temperature, top_k, top_p, beams, seed]
         private = dict(api_visibility="private")
-        folder.change(on_load, folder, loaded, **private)
-        demo.load(on_load, folder, loaded, **private)
-        button.click(on_generate, [folder, prompt, *settings], [text, moment, compare, status, words], **private)
+        model = dict(concurrency_id="model")  # every event that runs a model: one at a time (2 cores, one global RNG)
+        folder.change(on_load, folder, loaded, **private, **model)
+        demo.load(on_load, folder, loaded, **private, **model)
+        button.click(
+            on_generate, [folder, prompt, *settings], [text, moment, compare, status, words], **private, **model
+        )
         text.click(on_select, words, moment, **private)
-        score_button.click(on_score, [folder, score_in, upload], [score_out, score_status, view], **private)
+        score_button.click(on_score, [folder, score_in, upload], [score_out, score_status, view], **private, **model)
         score_out.click(on_score_select, view, score_moment, **private)
 
         def generate(
@@ -607,8 +610,8 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
             except InputError as e:
                 raise gr.Error(str(e)) from None
 
-        gr.api(generate, api_name="generate")
-        gr.api(score, api_name="score")
+        gr.api(generate, api_name="generate", **model)
+        gr.api(score, api_name="score", **model)
     return demo
 
 
@@ -634,7 +637,7 @@ def main():
     except InputError as e:
         sys.exit(f"error: {e}")
     demo = build(models, default)
-    demo.queue(default_concurrency_limit=1, max_size=64)  # one generation at a time: 2 cores, one global RNG
+    demo.queue(default_concurrency_limit=1, max_size=64)
     demo.launch(server_name=args.host, server_port=args.port, css=CSS, show_error=False)
 
 
