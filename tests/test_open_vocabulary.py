@@ -357,6 +357,8 @@ def test_unseen_word_simulation_measures_windows_as_a_scan_does():
         assert np.isclose(stats["windows_with_slot_for_two_words"]["all"], two_words / n)
         assert np.isclose(stats["windows_with_word_as_itself_and_placeholder"]["all"], mixed / n)
     assert stats["windows_with_word_under_two_slots"]["all"] == stats["windows_with_slot_for_two_words"]["all"] == 0
+    # one pair, positions 3 and 5: of the windows of 4 (starts 0..8), those starting at 2 and 3 hold both
+    assert sim.bad_windows(12, 4, np.array([3]), np.array([5])).tolist() == [s in (2, 3) for s in range(9)]
 
 
 def example(name):
