@@ -25,7 +25,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.evaluation import NeuralCache, neural_cache_loop_reference  # noqa: E402
-from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, decode_step, pack_weights  # noqa: E402
+from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import decode_step, pack_weights  # noqa: E402
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     encode_lines,

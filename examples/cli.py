@@ -125,6 +125,59 @@ def check_local_path(parser, flag: str, value: str | None):
         parser.error(f"{flag} {value}: no such file or folder")
 
 
+def check_model_folder(parser, flag: str, folder: str, tokenizer: bool = True):
+    """A folder written by save_pretrained: it must exist and hold config.json (and, with `tokenizer`, a saved
+    tokenizer: tokenizer.json or tokenizer_config.json), or the parser fails with one line naming what is missing."""
+    name = f"{flag} {folder}" if flag else folder
+    path = Path(folder)
+    if not path.is_dir():
+        parser.error(f"{name}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
+                     "--output_dir)")  # fmt: skip
+    missing = [] if (path / "config.json").is_file() else ["config.json"]
+    if tokenizer and not any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        missing.append("tokenizer.json or tokenizer_config.json")
+    if missing:
+        parser.error(f"{name}: not a model folder (no {' and no '.join(missing)}; give a folder written by "
+                     "save_pretrained)")  # fmt: skip
+
+
+def check_text_file(parser, flag: str, value: str | None, decode: bool = False):
+    """A local text file given by `flag`: it must exist, be a file (not a folder) and not be empty; with `decode`, it
+    must also read as UTF-8 text (streamed in 1 MiB chunks; `.xz` decompressed) and hold more than blank lines.
+    Each failure is one parser error line, before anything heavy is imported or loaded."""
+    if value is None:
+        return
+    path = Path(value).expanduser()
+    if path.is_dir():
+        parser.error(f"{flag} {value}: is a folder, not a text file")
+    if not path.is_file():
+        parser.error(f"{flag} {value}: no such file")
+    if path.stat().st_size == 0:
+        parser.error(f"{flag} {value}: is empty")
+    if not decode:
+        return
+    import codecs
+    import lzma
+
+    decoder, offset, blank = codecs.getincrementaldecoder("utf-8")(), 0, True
+    with lzma.open(path) if path.suffix == ".xz" else open(path, "rb") as f:
+        while True:
+            try:
+                chunk = f.read(1 << 20)
+                text = decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                where = max(offset + e.start - len(e.object) + len(chunk), 0)
+                parser.error(f"{flag} {value}: not UTF-8 text (byte {where:,}: {e.reason}); a binary file?")
+            except (OSError, EOFError, lzma.LZMAError) as e:  # unreadable, or a damaged .xz
+                parser.error(f"{flag} {value}: cannot be read ({e})")
+            blank = blank and not text.strip()
+            offset += len(chunk)
+            if not chunk:
+                break
+    if blank:
+        parser.error(f"{flag} {value}: holds only blank lines, no text")
+
+
 def load_splits(args) -> dict[str, list[str]]:
     """`load_text_splits` from the data flags; a missing or empty file, or a dataset that cannot be loaded, fails."""
     from modeling_pointer_sentinel.training import load_text_splits

@@ -27,8 +27,9 @@ from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
     cached_split_files,
-    check_local_path,
+    check_model_folder,
     check_ranges,
+    check_text_file,
     describe_ranges,
     fail,
     load_saved_model,
@@ -56,6 +57,7 @@ RANGES = [  # checked by cli.check_ranges (a float must also be finite; a grid v
     ("--grid_extensions", non_negative, ">= 0"),
     ("--dynamic_epsilon", positive, "> 0"),
     ("--oov_types", positive, ">= 1"),
+    *((f"--{n}", positive, ">= 1") for n in ("batch_size", "bptt", "max_tokens", "num_threads")),
 ]
 
 
@@ -68,6 +70,7 @@ def parse_args(argv=None):
     a("--batch_size", type=int, default=10)
     a("--bptt", type=int, default=200)
     a("--max_tokens", type=int, default=None, help="evaluate the first N tokens only")
+    a("--num_threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     a("--oov_types", type=int, default=None, help="the distinct words the split's <unk> stands for, for the "
       "unknown-penalised perplexity (default: each <unk> a word of its own, an upper bound)")  # fmt: skip
     a("--cache", action="store_true", help="add Grave et al.'s neural cache")
@@ -130,13 +133,11 @@ def parse_args(argv=None):
     if args.dynamic_grid_memo and not args.dynamic_grid:
         p.error("--dynamic_grid_memo needs --dynamic_grid")
     check_ranges(p, args, RANGES)
-    if not Path(args.model).is_dir():
-        p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
-                "--output_dir)")  # fmt: skip
-    if args.compare and not Path(args.compare).is_dir():
-        p.error(f"--compare {args.compare}: no such model folder")
+    check_model_folder(p, "", args.model)
+    if args.compare:
+        check_model_folder(p, "--compare", args.compare, tokenizer=False)
     for flag in ("train_file", "validation_file", "test_file"):
-        check_local_path(p, f"--{flag}", getattr(args, flag))
+        check_text_file(p, f"--{flag}", getattr(args, flag))
     return args
 
 
@@ -213,6 +214,8 @@ def streams_for(ids, batch_size, max_tokens):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
     tok, model = load_saved_model(args.model)
     if args.compare and AutoConfig.from_pretrained(args.compare).vocab_size != model.config.vocab_size:
         fail("--compare needs a model with the same vocabulary.")

@@ -8,7 +8,7 @@ export.json: the graph's inputs and outputs, the largest log-probability differe
 int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnxruntime, numpy and OUT's tokenizer
 (transformers without PyTorch).
 
-The graph is one decode step, `decode_step` (generation_pointer_sentinel.py): inputs are the token ids (B,), each
+The graph is one decode step, `decode_step` (modeling_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
 (), and with `config.oov_pointer` each key's c_i, context (B, L, D)), and with `config.oov_slots` each row's history,
 oov_used (B,) (k, the slots it has used) and unk_count (B,) (its literal `<unk>`); outputs are log p (B, V + N), the
@@ -16,10 +16,9 @@ mixture's, and the same state after the step. N is `config.oov_slots`: ids V ...
 out-of-vocabulary words (the folder's tokenizer numbers them in order of first occurrence), which the pointer copies
 and which take their share of `<unk>`'s vocabulary mass, as in the model's forward (`new_word`: a first occurrence,
 V+k, and a used slot out of the window's reach score as forward's logits and loss score them). The batch size is
-dynamic. The
-exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor
-operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript
-exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
+dynamic. The exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain
+tensor operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the
+TorchScript exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
 the matrix products and the embedding lookup.
 """
 
@@ -72,13 +71,13 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
-from modeling_pointer_sentinel.generation_pointer_sentinel import (  # noqa: E402
-    DecodeState,
-    decode_state,
+from modeling_pointer_sentinel.generation_pointer_sentinel import DecodeState, decode_state  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
+    Placeholders,
     decode_step,
     pack_weights,
+    pointer_mixture,
 )
-from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, pointer_mixture  # noqa: E402
 
 
 class DecodeStepGraph(torch.nn.Module):
@@ -216,12 +215,17 @@ def quantize(src: Path, dst: Path):
 
 
 def tokenizer_code(folder: Path) -> list[str]:
-    """The tokenizer's own code files, named in tokenizer_config.json's auto_map (the open-vocabulary tokenizer is
-    remote code): the runner loads the tokenizer from the exported folder."""
-    path = folder / "tokenizer_config.json"
-    auto = json.loads(path.read_text()).get("auto_map", {}) if path.is_file() else {}
-    classes = auto.get("AutoTokenizer") or []
-    return sorted({f"{c.split('.')[0]}.py" for c in (classes if isinstance(classes, list) else [classes]) if c})
+    """The code files of the tokenizer and of the configuration, named in tokenizer_config.json's and config.json's
+    auto_map (both are remote code): the runner loads the tokenizer from the exported folder, and AutoTokenizer reads
+    config.json through its AutoConfig class first (without it, transformers falls back to a bare config and warns
+    that a `pointer_sentinel_lstm` checkpoint instantiates a model of another type)."""
+    names = set()
+    for file, key in (("tokenizer_config.json", "AutoTokenizer"), ("config.json", "AutoConfig")):
+        path = folder / file
+        auto = json.loads(path.read_text()).get("auto_map", {}) if path.is_file() else {}
+        classes = auto.get(key) or []
+        names |= {f"{c.split('.')[0]}.py" for c in (classes if isinstance(classes, list) else [classes]) if c}
+    return sorted(names)
 
 
 def parity_prompt(model, tokenizer) -> list[int]:

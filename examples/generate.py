@@ -27,6 +27,7 @@ RANGES = [  # checked by cli.check_ranges (a float must also be finite) and stat
     ("--repetition_penalty", lambda v: v > 0, "a number > 0 (1: off)"),
     ("--seed", lambda v: 0 <= v < 2**32, "in [0, 2**32)"),
 ]
+BLANK = "--prompt has no words to continue: give text, or leave --prompt out to sample a line from its start"
 
 
 def check_flags(p, args):
@@ -43,7 +44,8 @@ def check_flags(p, args):
 def parse_args(argv=None):
     p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="directory written by save_pretrained (model + tokenizer)")
-    p.add_argument("--prompt", default="", help="text to continue, from a line start (<eos> before it)")
+    p.add_argument("--prompt", help="text to continue, from a line start (<eos> before it); without it, a line is "
+                   "sampled from its start")  # fmt: skip
     p.add_argument("--max_new_tokens", type=int, default=30)
     p.add_argument("--do_sample", action="store_true")
     p.add_argument("--temperature", type=float, default=1.0)
@@ -61,6 +63,8 @@ def parse_args(argv=None):
     describe_ranges(p, RANGES)
     args = p.parse_args(argv)
     check_flags(p, args)
+    if args.prompt is not None and not args.prompt.strip():
+        p.error(BLANK)
     if not Path(args.model).is_dir():
         p.error(f"{args.model}: no such model folder (give a folder written by save_pretrained, e.g. train.py's "
                 "--output_dir)")  # fmt: skip
@@ -108,9 +112,11 @@ def main(argv=None):
         fail(f"--show_gate: the model in {args.model} has no pointer (use_pointer=False)")
     # Every training line follows an <eos>: the prompt starts a line (from the zero state without one, the PTB pointer
     # model ends the line at once). Its words the vocabulary lacks are placeholders the pointer can copy.
-    enc = tok(args.prompt, add_special_tokens=False)
+    enc = tok(args.prompt or "", add_special_tokens=False)
     table = enc.oov_words[0] if getattr(enc, "oov_words", None) else None
     prompt_ids, eos = enc["input_ids"], tok.eos_token_id
+    if args.prompt is not None and not prompt_ids:
+        fail(BLANK)  # text the rules drop whole (PTB's punctuation)
     ids = torch.tensor([prompt_ids if prompt_ids[:1] == [eos] else [eos, *prompt_ids]])
     out = model.generate(
         ids,
@@ -126,10 +132,11 @@ def main(argv=None):
         pointer_mix=not args.no_pointer_mix,
         pad_token_id=tok.pad_token_id,
     )
+    prompt = args.prompt or ""
     for seq in out:
         new = until_eos(seq[ids.shape[1] :], tok.eos_token_id)
         text = continuation(tok, ids[0].tolist(), new.tolist(), table)  # as the folder's pipeline writes it
-        print(args.prompt + (text.removeprefix(" ") if args.prompt[-1:].isspace() else text).rstrip("\n"))
+        print(prompt + (text.removeprefix(" ") if prompt[-1:].isspace() else text).rstrip("\n"))
         if args.show_gate:
             gate, share = pointer_shares(model, seq, ids.shape[1], len(new))
             for word, g, s in zip(tok.convert_ids_to_tokens(new.tolist()), gate.tolist(), share.tolist(), strict=True):

@@ -97,7 +97,7 @@ class OnnxPointerSentinel:
         new = list(new)
         while new and new[-1] in ends:
             new.pop()
-        kw = {"oov_words": table} if table else {}
+        kw = {"oov_words": table}  # the prompt's own table, also when empty: what this prompt's words were
         head, whole = self.tokenizer.decode(prompt_ids, **kw), self.tokenizer.decode(prompt_ids + new, **kw)
         more = whole[len(head) :] if whole.startswith(head) else " " + self.tokenizer.decode(new, **kw)
         return prompt + (more.removeprefix(" ") if prompt[-1:].isspace() else more)
@@ -198,9 +198,10 @@ def main(argv=None):
     # The prompt as the pipeline reads it, nothing before it: the same prompt gives the same text through both (start
     # it with a line break to start a line, as every training line does).
     prompts = [lm.encode(text) for text in args.prompt]
-    for text, (ids, _) in zip(args.prompt, prompts, strict=True):
+    for n, (ids, _) in enumerate(prompts, 1):
         if not ids:
-            p.error(f"the prompt {text!r} has no tokens")
+            which = f"--prompt number {n}" if len(prompts) > 1 else "--prompt"
+            p.error(f"{which} has no words to continue: give text, e.g. a line break and a few words")
     new = lm.generate([ids for ids, _ in prompts], args.max_new_tokens, args.do_sample, args.temperature, args.top_k,
                       args.seed)  # fmt: skip
     for text, (ids, table), row in zip(args.prompt, prompts, new, strict=True):

@@ -1,12 +1,20 @@
 """The renamed-names benchmark: can the model produce a name it has only seen in the text?
 
     python examples/renamed_names.py pretrained/wt2-pointer-sentinel-lstm-2x200 pretrained/wt2-lstm-2x200
+    python examples/renamed_names.py pretrained/ptb-pointer-sentinel-lstm-2x200 --dataset ptb --data DIR --split test
 
-Each WikiText-2 test article (the bundled split, 62 articles) is scored twice. A *name* is a capitalised word of the
-vocabulary whose lower-case form is not in it, seen twice or more in the article. In the renamed copy every name is
-written as a made-up word the vocabulary lacks, so the tokenizer gives it a placeholder id (`config.oov_slots`): the
-ids are those placeholders directly, slot k for the article's k-th name, exactly what the tokenizer writes for k
-distinct unseen words. At each later occurrence of a name (not its first), with the article before it as context:
+`--split` (default validation, where recipe choices are made; test to report) picks the split's documents:
+- WikiText-2 (`--dataset wt2`, bundled): each article (a level-1 heading starts one). A *name* is a capitalised word
+  of the vocabulary whose lower-case form is not in it, seen twice or more in the article.
+- PTB (`--dataset ptb`; `--data DIR` holds ptb.train.txt and ptb.valid.txt / ptb.test.txt, not bundled): PTB is lower
+  case, without articles, so a *document* is a segment of 100 consecutive lines of the split (the last one shorter),
+  and a *name* is a lower-case alphabetic vocabulary word seen at most 100 times in ptb.train.txt (90% of WikiText-2's
+  names are that rare there; `<unk>` and `N` are never names) and twice or more in the segment.
+Each document is scored twice. In the renamed copy each name is written as a made-up word the vocabulary lacks, so
+the tokenizer gives it a placeholder id (`config.oov_slots`): the ids are those placeholders directly, slot k for the
+document's k-th name, exactly what the tokenizer writes for k distinct unseen words (`made_up_words` gives words it
+would write so: lower-case letters, none in the vocabulary). The choice is deterministic: no sampling anywhere.
+At each later occurrence of a name (not its first), with the document before it as context:
 - top-1: the greedy choice (`<unk>` suppressed, as generation does) is the name, or its placeholder;
 - log p: the model's log-probability of it. A placeholder the window no longer holds scores as `<unk>`'s "new word"
   (the class, not the word), so the figures are also given for the positions whose previous occurrence is in the
@@ -21,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+SEGMENT_LINES = 100  # PTB: a document is this many consecutive lines of the split
+PTB_MAX_COUNT = 100  # PTB: a name is seen at most this many times in the training split
+PTB_FILES = {"train": "ptb.train.txt", "validation": "ptb.valid.txt", "test": "ptb.test.txt"}
 
 
 def names(ids: list[int], vocab: dict[str, int]) -> list[int]:
@@ -35,6 +46,51 @@ def names(ids: list[int], vocab: dict[str, int]) -> list[int]:
         if counts[i] >= 2 and w.isalpha() and w[0].isupper() and w[1:].islower() and w.lower() not in vocab:
             found.append(i)
     return found
+
+
+def rare_words(ids: list[int], vocab: dict[str, int], train_counts: dict[str, int], max_count: int = PTB_MAX_COUNT):
+    """The PTB segment's names' ids, in order of first occurrence: lower-case alphabetic vocabulary words seen at most
+    `max_count` times in the training split (`train_counts`, word -> count) and twice or more in `ids`."""
+    words = {i: w for w, i in vocab.items()}
+    counts: dict[int, int] = {}
+    for i in ids:
+        counts[i] = counts.get(i, 0) + 1
+    return [i for i in dict.fromkeys(ids) if counts[i] >= 2 and words[i].isalpha() and words[i].islower()
+            and train_counts.get(words[i], 0) <= max_count]  # fmt: skip
+
+
+def made_up_words(n: int, vocab, seed: int = 0) -> list[str]:
+    """`n` distinct made-up lower-case words (three consonant-vowel syllables), none in `vocab`: words the tokenizer
+    gives placeholder ids. Deterministic."""
+    import random
+
+    rng, found = random.Random(seed), {}
+    while len(found) < n:
+        w = "".join(rng.choice("bdfgklmnprstvz") + rng.choice("aeiou") for _ in range(3))
+        if w not in vocab and w.capitalize() not in vocab:
+            found[w] = None
+    return list(found)
+
+
+def documents(dataset: str, split: str, data: str | None = None) -> list[str]:
+    """The split's documents as text (line breaks kept): WikiText-2's articles, or PTB's segments of SEGMENT_LINES
+    lines (read from `data`)."""
+    if dataset == "wt2":
+        sys.path.insert(0, str(ROOT / "examples"))
+        from lm_eval_wikitext import articles
+
+        from modeling_pointer_sentinel.training import BUNDLED
+
+        return articles(BUNDLED / f"wiki.{'valid' if split == 'validation' else 'test'}.tokens.xz")
+    lines = (Path(data) / PTB_FILES[split]).read_text().splitlines(keepends=True)
+    return ["".join(lines[s : s + SEGMENT_LINES]) for s in range(0, len(lines), SEGMENT_LINES)]
+
+
+def training_counts(data: str) -> dict[str, int]:
+    """Each word's count in PTB's training split (`data`/ptb.train.txt)."""
+    from collections import Counter
+
+    return dict(Counter((Path(data) / PTB_FILES["train"]).read_text().split()))
 
 
 def score(model, ids, positions, unk: int, chunk: int = 512):
@@ -61,23 +117,26 @@ def score(model, ids, positions, unk: int, chunk: int = 512):
     return [logp[t] for t in positions], [top[t] for t in positions]
 
 
-def evaluate(folder: str, docs: list[str], limit: int | None = None) -> dict:
+def evaluate(folder: str, docs: list[str], limit: int | None = None, train_counts: dict | None = None) -> dict:
+    """The benchmark on `docs` for one folder: WikiText-2's names, or with `train_counts` (PTB's training counts) the
+    PTB names (`rare_words`)."""
     import torch
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_grad_enabled(False)
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     cfg = model.config
     if not cfg.oov_slots:
         raise SystemExit(f"{folder}: config.oov_slots is 0, so the model has no placeholders to copy")
     vocab = tok.backend_tokenizer.get_vocab()
+    for w in made_up_words(cfg.oov_slots, vocab):  # the renamed text's words: the tokenizer gives them placeholders
+        assert tok.backend_tokenizer.encode(w, add_special_tokens=False).ids == [cfg.unk_token_id], w
     rows = {"real": ([], []), "renamed": ([], [])}
     near = []  # whether the name's previous occurrence is in the pointer's window (a placeholder it can copy)
     for doc in tqdm(docs[:limit] if limit else docs, desc=Path(folder).name, unit="article"):
         ids = tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids  # corpus form: closed vocabulary
-        found = names(ids, vocab)[: cfg.oov_slots]
+        found = (names(ids, vocab) if train_counts is None else rare_words(ids, vocab, train_counts))[: cfg.oov_slots]
         if not found:
             continue
         slot = {i: cfg.vocab_size + k for k, i in enumerate(found)}
@@ -104,22 +163,49 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None) -> dict:
     return result
 
 
-def main(argv=None):
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help="saved model folders with oov_slots > 0")
-    p.add_argument("--limit", type=int, help="the first N articles only")
+    p.add_argument(
+        "--split",
+        choices=("validation", "test"),
+        default="validation",
+        help="the split's documents (default: validation, where choices are made)",
+    )
+    p.add_argument("--dataset", choices=("wt2", "ptb"), default="wt2", help="WikiText-2 (bundled) or PTB (--data)")
+    p.add_argument("--data", help="PTB: the folder with ptb.train.txt and ptb.valid.txt / ptb.test.txt")
+    p.add_argument("--num_threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--limit", type=int, help="the first N documents only")
     p.add_argument("--output", help="write the results as JSON here")
+    return p
+
+
+def main(argv=None):
+    p = parser()
     args = p.parse_args(argv)
     if args.limit is not None and args.limit < 1:
         p.error(f"--limit must be a positive integer, got {args.limit}")
+    if args.num_threads < 1:
+        p.error(f"--num_threads must be a positive integer, got {args.num_threads}")
     for m in args.models:
         if not Path(m).is_dir():
             p.error(f"{m}: no such folder")
-    sys.path.insert(0, str(ROOT / "examples"))
-    from lm_eval_wikitext import articles
+    if args.dataset == "ptb":
+        if not args.data:
+            p.error("--dataset ptb needs --data DIR (PTB's text is not bundled)")
+        for name in (PTB_FILES["train"], PTB_FILES[args.split]):
+            if not (Path(args.data) / name).is_file():
+                p.error(f"--data {args.data}: no {name} there")
+    elif args.data:
+        p.error("--data is for --dataset ptb (WikiText-2 is bundled)")
+    import torch
 
-    docs = articles()
-    results = [evaluate(m, docs, args.limit) for m in args.models]
+    torch.set_num_threads(args.num_threads)
+    docs = documents(args.dataset, args.split, args.data)
+    counts = training_counts(args.data) if args.dataset == "ptb" else None
+    results = [{"dataset": args.dataset, "split": args.split, **evaluate(m, docs, args.limit, counts)}
+               for m in args.models]  # fmt: skip
+    print(f"{args.dataset} {args.split}:")
     print("| model | positions | real: top-1 | real: mean log p | renamed: top-1 | renamed: mean log p |")
     print("|---|---|---|---|---|---|")
     for r in results:

@@ -19,7 +19,6 @@ import functools
 import json
 import math
 import os
-import secrets
 import shutil
 import signal
 import sys
@@ -229,8 +228,6 @@ def parse_args(argv=None):
             left = renamed[0] if renamed else named.with_name(named.name + ".replaced")
             hint = f" (a kill left it as {left}: --resume_from_checkpoint latest puts it back)" if left.is_dir() else ""
             p.error(f"--resume_from_checkpoint {named}: no such checkpoint folder{hint}")
-        if why := incomplete(named):
-            p.error(f"--resume_from_checkpoint {named} is not a whole checkpoint: {why}")
     check_local_path(p, "--model_name_or_path", args.model_name_or_path)
     check_local_path(p, "--tokenizer_name", args.tokenizer_name)
     saved = "--tokenizer_name" if args.tokenizer_name else "--model_name_or_path" if args.model_name_or_path else None
@@ -239,49 +236,15 @@ def parse_args(argv=None):
             p.error(f"--{flag} caps a tokenizer built from the training split, not the one {saved} names")
     # Last: the model's fields are those of its config class, whose import (torch, transformers) takes seconds.
     from modeling_pointer_sentinel import PointerSentinelConfig
+    from modeling_pointer_sentinel.checkpointing import incomplete
 
+    if args.resume_from_checkpoint not in (None, "latest") and (why := incomplete(Path(args.resume_from_checkpoint))):
+        p.error(f"--resume_from_checkpoint {args.resume_from_checkpoint} is not a whole checkpoint: {why}")
     fields = {f.name for f in dataclasses.fields(PointerSentinelConfig)} | {"num_layers"}
     if unknown := sorted(set(model_overrides) - fields):
         p.error(f"unknown model fields in --config {args.config}: {unknown}")
     args.model = model_overrides
     return args
-
-
-# ---- checkpoints that survive a kill at any moment ----
-# A checkpoint is written to step_N.incomplete, its files are synced, a manifest (every file and its size) is written
-# last, and only then is the folder renamed to step_N: a kill leaves at worst a .incomplete folder, which the next save
-# removes. A kill while an old checkpoint is deleted leaves a step_N whose manifest lists missing files: `latest`
-# skips it, and the next save removes it. A step saved twice (a periodic save, then the stop at that epoch end) keeps
-# its first checkpoint, renamed step_N.<run id>.replaced, until the second is in place: a resume puts back one that a
-# kill left without its replacement.
-#
-# A run owns its checkpoints: each manifest holds the run's id, which a resumed run continues when it resumes the
-# newest checkpoint of that run in that run's own --output_dir. Any other resume forks the run's history (the newer
-# checkpoints are the first run's future, not this one's): the resumed run gets a new id and its manifests record
-# the parent (run id and step). Clean-up removes only the run's own folders; an .incomplete folder carries its run's
-# id in its name, since another run's may be a save still in progress. A run refuses to start in an --output_dir that
-# holds another run's checkpoints (their step_N names would collide) unless --overwrite_output_dir deletes them.
-MANIFEST = "checkpoint.json"
-
-
-def read_manifest(folder: Path) -> dict | None:
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
-    return manifest if isinstance(manifest, dict) else None
-
-
-def incomplete(folder: Path) -> str | None:
-    """Why `folder` is not a whole checkpoint (None when it is): its manifest is missing, or a file it lists is."""
-    files = (read_manifest(folder) or {}).get("files")
-    if not isinstance(files, dict):
-        return f"no readable {MANIFEST}: its save did not finish"
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file() or path.stat().st_size != size:
-            return f"{name} is missing or truncated"
-    return None
 
 
 if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
@@ -295,6 +258,22 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402  (pipeline: imported where used, 2-4 s)
 
 from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel.checkpointing import (  # noqa: E402
+    BestWeights,
+    CheckpointError,
+    TrainState,
+    claim_run,
+    find_latest,
+    layout_mismatch,
+    load_checkpoint,
+    new_run_id,
+    read_manifest,
+    resharded_stream_state,
+    save_checkpoint,
+    save_tied_weights_once,
+    saved_weight_names,
+    stream_layout,
+)
 from modeling_pointer_sentinel.data import (  # noqa: E402
     cached_word_level_tokenizer,
     read_meta,
@@ -435,272 +414,6 @@ class TimeLimit:
         return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
-# ---- checkpoints: the newest whole one, tidying, saving (the scheme: above MANIFEST) ----
-def checkpoint_folders(out_dir: Path) -> list[Path]:
-    """The step_N folders of out_dir, oldest first."""
-    found = [d for d in out_dir.glob("step_*") if d.is_dir() and d.name[5:].isdigit()]
-    return sorted(found, key=lambda d: int(d.name[5:]))
-
-
-def restore_replaced(out_dir: Path, say=print):
-    """Main process: a kill between a second save's two renames leaves step_N.<run id>.replaced and no step_N; put it
-    back."""
-    for replaced in out_dir.glob("step_*.replaced"):
-        if not (final := out_dir / replaced.name.split(".")[0]).exists() and incomplete(replaced) is None:
-            os.replace(replaced, final)
-            say(f"restored {final}: a kill came before its second save took its place")
-
-
-def latest_checkpoint(out_dir: Path, say=print) -> Path | None:
-    """The newest complete checkpoint of out_dir; each newer incomplete one is skipped with one line."""
-    for folder in reversed(checkpoint_folders(out_dir)):
-        if (why := incomplete(folder)) is None:
-            return folder
-        say(f"skipping {folder}: incomplete ({why})")
-    return None
-
-
-def _fsync(path: Path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def new_run_id() -> str:
-    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(4)
-
-
-def owner(folder: Path) -> str | None:
-    """The run id of a checkpoint folder (its manifest's), or of an .incomplete or .replaced one (its name's: a kill
-    can leave either without its manifest); None when it has none (a checkpoint written before run ids, a folder
-    without a manifest)."""
-    if folder.name.endswith((".incomplete", ".replaced")):
-        parts = folder.name.split(".")
-        return parts[1] if len(parts) == 3 else None
-    run_id = (read_manifest(folder) or {}).get("run_id")
-    return run_id if isinstance(run_id, str) else None
-
-
-def incomplete_folder(out_dir: Path, step: int, run_id: str) -> Path:
-    return out_dir / f"step_{step}.{run_id}.incomplete"
-
-
-def foreign_checkpoints(out_dir: Path, own: set) -> list[Path]:
-    """The checkpoints in out_dir (step_N and step_N.replaced folders with a manifest) of runs not in `own`."""
-    folders = [*checkpoint_folders(out_dir), *sorted(out_dir.glob("step_*.replaced"))]
-    return [f for f in folders if read_manifest(f) is not None and owner(f) not in own]
-
-
-def run_of(resume: Path, out_dir: Path) -> tuple[str | None, dict | None]:
-    """(the run id a run resumed from `resume` continues, None for a new one; the parent a new one records)."""
-    run_id, step = owner(resume), (read_manifest(resume) or {}).get("step")
-    newer = [
-        f
-        for f in checkpoint_folders(resume.parent)
-        if int(f.name[5:]) > step and owner(f) == run_id and incomplete(f) is None
-    ]
-    if resume.parent.resolve() == out_dir.resolve() and not newer:
-        return run_id, None
-    return None, {"run_id": run_id, "step": step, "folder": str(resume)}
-
-
-def tidy_checkpoints(out_dir: Path, keep: int | None, own: set, say=print):
-    """Main process: remove this run's leftovers of kills (its .incomplete and .replaced folders, its step_N folders
-    that are not whole checkpoints, and step_N folders with no manifest, which no save leaves) and all but its newest
-    `keep` complete checkpoints. `own`: the run ids that are this run's (None too for a run resumed from a checkpoint
-    written before run ids). Another run's folders are never touched."""
-    for leftover in [*out_dir.glob("step_*.incomplete"), *out_dir.glob("step_*.replaced")]:
-        if owner(leftover) in own:
-            shutil.rmtree(leftover)
-    complete = []
-    for folder in checkpoint_folders(out_dir):
-        if read_manifest(folder) is not None and owner(folder) not in own:
-            continue
-        if (why := incomplete(folder)) is None:
-            complete.append(folder)
-        else:
-            say(f"removing {folder}: incomplete ({why})")
-            shutil.rmtree(folder)
-    for old in complete[: -keep if keep else 0]:
-        shutil.rmtree(old)
-
-
-def write_manifest(path: Path, manifest: dict):
-    path.write_text(json.dumps(manifest))
-    _fsync(path)
-
-
-def save_checkpoint(
-    accelerator, out_dir: Path, step: int, cache, rank: int, keep: int | None, run: dict, layout: dict | None = None
-):
-    """`run`: this run's identity, {"run_id", "own" (see tidy_checkpoints), "parent" (None unless a fork)};
-    `layout`: the streams' layout and position (stream_layout), which the manifest records."""
-    final = out_dir / f"step_{step}"
-    tmp = incomplete_folder(out_dir, step, run["run_id"])
-    if accelerator.is_main_process and tmp.exists():  # a kill's leftover
-        shutil.rmtree(tmp)
-    accelerator.wait_for_everyone()
-    accelerator.save_state(tmp)
-    torch.save(cache.state_dict(), tmp / f"stream_state_{rank}.pt")
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        files = sorted(p for p in tmp.iterdir() if p.is_file())
-        for path in files:
-            _fsync(path)
-        manifest = {"step": step, "run_id": run["run_id"], "files": {p.name: p.stat().st_size for p in files}}
-        manifest |= {"layout": layout} if layout else {}
-        write_manifest(tmp / MANIFEST, manifest | ({"parent": run["parent"]} if run["parent"] else {}))
-        if final.exists():  # this step saved before: whole until the new one takes its name
-            replaced = final.with_name(f"{final.name}.{run['run_id']}.replaced")
-            if replaced.exists():  # a leftover of an earlier kill, with this step's checkpoint in place
-                shutil.rmtree(replaced)
-            os.replace(final, replaced)
-        os.replace(tmp, final)
-        _fsync(out_dir)
-        tidy_checkpoints(out_dir, keep, run["own"], accelerator.print)
-    accelerator.wait_for_everyone()
-
-
-# ---- elastic resume: a checkpoint's stream layout, and its streams re-sharded over another number of processes ----
-# W processes with batch B train W*B contiguous streams (training.shard_streams): global stream g is row g % B of rank
-# g // B's stream state (stream_state_<rank>.pt: recurrent state and pointer window). A launch of W' processes with
-# batch B' continues every stream exactly where it stopped when W'*B' = W*B and the evaluation streams' count is kept
-# too (it changes the validation perplexity, which the schedule compares with the saved ones): rank r' takes global
-# streams r'*B' .. (r'+1)*B'-1, the saved ranks' rows concatenated in rank order. Any other count cuts the corpus into
-# other streams, so it is refused with the flags that would resume it. The model, optimizer, averager, best weights
-# and counters are the main process's, the same for any world size. The RNG states are per rank (accelerate's
-# random_states_<rank>.pkl) and belong to the old ranks' streams: a resume on another world size reseeds every rank
-# from --seed and the step (device-specific), so it is reproducible; its dropout masks differ from an unbroken run's,
-# as they differ between any two world sizes.
-def stream_layout(W: int, B: int, E: int, tokens_per_stream: int, epoch: int, position: int) -> dict:
-    """`position`: the first target of the next segment, the same in every stream (they advance together)."""
-    return {"world_size": W, "per_device_train_batch_size": B, "per_device_eval_batch_size": E, "streams": W * B,
-            "eval_streams": W * E, "tokens_per_stream": tokens_per_stream, "epoch": epoch,
-            "stream_position": position}  # fmt: skip
-
-
-def layout_mismatch(resume: Path, saved: dict | None, W: int, B: int, E: int) -> str | None:
-    """Why a launch of W processes with batches B (training) and E (evaluation) cannot continue the streams of the
-    checkpoint `resume` whose manifest recorded the layout `saved` (None: before layouts were recorded); None when it
-    can."""
-    if saved is None:  # one stream state per rank, its batch unknown: only the same world size resumes it
-        saved_w = len(list(resume.glob("stream_state_*.pt")))
-        if saved_w == W:
-            return None
-        return f"{resume} was saved by {saved_w} process(es) and records no stream layout: resume it on {saved_w}"
-    streams, evals, was = saved["streams"], saved["eval_streams"], saved["world_size"]
-    if W * B == streams and W * E == evals:
-        return None
-    if streams % W == 0 and evals % W == 0:
-        how = f"--per_device_train_batch_size {streams // W} --per_device_eval_batch_size {evals // W}"
-    else:
-        how = (
-            f"a number of processes that divides {streams} and {evals} (as saved: {was}, with "
-            f"--per_device_train_batch_size {saved['per_device_train_batch_size']} "
-            f"--per_device_eval_batch_size {saved['per_device_eval_batch_size']})"
-        )
-    return (
-        f"{resume} holds {streams} training and {evals} evaluation streams ({was} process(es) x batch "
-        f"{saved['per_device_train_batch_size']} and {saved['per_device_eval_batch_size']}), this launch would make "
-        f"{W * B} and {W * E} ({W} x {B} and {E}), which would cut the corpus into other streams: resume with {how}"
-    )
-
-
-def resharded_stream_state(resume: Path, saved_batch: int, B: int, rank: int) -> dict:
-    """This rank's stream state (global streams rank*B .. rank*B+B-1) from a checkpoint whose ranks held saved_batch
-    streams each: the rows of the saved ranks that hold them, concatenated in rank order. Read on the CPU."""
-    first, last = rank * B, (rank + 1) * B
-    states = [
-        torch.load(resume / f"stream_state_{j}.pt", weights_only=False, map_location="cpu")
-        for j in range(first // saved_batch, (last - 1) // saved_batch + 1)
-    ]
-    skip = first % saved_batch  # rows of the first saved rank before this rank's first stream
-
-    def rows(parts):
-        return torch.cat(list(parts))[skip : skip + B]
-
-    merged = dict(states[0])  # seen_tokens, and None where the state is empty (an epoch's start): the same on all
-    for key, value in states[0].items():
-        if isinstance(value, torch.Tensor):
-            merged[key] = rows(s[key] for s in states)
-        elif isinstance(value, list):  # per layer
-            merged[key] = [rows(layer) for layer in zip(*(s[key] for s in states), strict=True)]
-    return merged
-
-
-class BestWeights:
-    """The weights of the best validation so far, saved in checkpoints so a resumed run ends on the same model.
-
-    At an epoch end they are often the model's own weights, or with NT-ASGD its average's; a checkpoint then names
-    that source instead of holding a third copy, so the checkpoint a stop at an epoch end leaves is the smallest."""
-
-    SOURCES = ("model", "average")
-
-    def __init__(self, model, averager):
-        self.model, self.averager = model, averager
-        self.weights: dict[str, torch.Tensor] | None = None
-
-    def source(self, name: str) -> dict[str, torch.Tensor] | None:
-        """The model's state as it is ("model"), or with each averaged Parameter's average in its place ("average"),
-        under every name (a tied matrix: one tensor under two names); None without an average."""
-        if name == "average" and not self.averager.active:
-            return None
-        average = {}
-        if name == "average":
-            average = dict(zip(map(id, self.averager.params), self.averager.average, strict=True))
-        return {n: average.get(id(t), t) for n, t in self.model.state_dict(keep_vars=True).items()}
-
-    def keep(self, name="model"):
-        """Copy the model's state (or a source's); a tied matrix is copied, and so saved, once."""
-        copies: dict[int, torch.Tensor] = {}
-        self.weights = {}
-        for key, tensor in self.source(name).items():
-            if id(tensor) not in copies:
-                copies[id(tensor)] = tensor.detach().clone()
-            self.weights[key] = copies[id(tensor)]
-
-    def state_dict(self):
-        for name in self.SOURCES if self.weights is not None else ():
-            source = self.source(name)
-            if source is not None and all(torch.equal(w, source[k]) for k, w in self.weights.items()):
-                return {"weights": name}
-        return {"weights": self.weights}
-
-    def load_state_dict(self, state):
-        # accelerate loads the model and the averager (registered before this) first
-        if isinstance(state["weights"], str):
-            self.keep(name=state["weights"])
-        elif state["weights"] is not None:  # accelerate loads custom objects on the CPU: onto the model's device
-            device, moved, self.weights = next(self.model.parameters()).device, {}, {}
-            for k, t in state["weights"].items():  # a tied matrix: two tensors on one storage, moved once
-                view = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride())
-                if view not in moved:
-                    moved[view] = t.to(device)
-                self.weights[k] = moved[view]
-        else:
-            self.weights = None
-
-
-class TrainState:
-    """Rank-independent counters, saved with accelerator.save_state (main process)."""
-
-    def __init__(self, lr):
-        self.epoch, self.segment, self.step, self.lr = 0, 0, 0, lr
-        self.val_losses: list[float] = []
-        self.best_val, self.bad_epochs, self.targets_seen = math.inf, 0, 0
-        self.train_seconds = 0.0  # --clock time trained up to the last checkpoint, over every resumed run
-        self.clock = None  # the --clock that train_seconds counts, fixed at the run's start
-        self.stopped = None  # why training ended, for results.json
-
-    def state_dict(self):
-        return dict(vars(self))
-
-    def load_state_dict(self, state):
-        vars(self).update(state)
-
-
 def main(argv=None):
     args = parse_args(argv)
     # SIGUSR1 asks for a stop at the next epoch end, with a checkpoint there (its smallest: the best weights are then
@@ -728,33 +441,23 @@ def main(argv=None):
 
     # ---- which checkpoint to resume, and which run this is (every rank reads the same folders) ----
     out_dir = Path(args.output_dir)
-    resume = args.resume_from_checkpoint
-    if resume == "latest":
-        if accelerator.is_main_process and out_dir.is_dir():
-            restore_replaced(out_dir, accelerator.print)
-        accelerator.wait_for_everyone()
-        resume = latest_checkpoint(out_dir, accelerator.print) if out_dir.is_dir() else None
-        accelerator.print(f"resuming from {resume}" if resume else "no checkpoint to resume from: starting afresh")
-    run_id, parent = run_of(Path(resume), out_dir) if resume else (None, None)
-    own = {run_id} if resume and not parent else set()  # None too: a run from before run ids is resumed as it was
-    if run_id is None:
-        run_id = broadcast_object_list([new_run_id()])[0] if W > 1 else new_run_id()
-    own.add(run_id)
-    if parent:
-        accelerator.print(f"run {run_id}: a new run forked from run {parent['run_id']} at step {parent['step']} "
-                          f"({parent['folder']})")  # fmt: skip
-    if (foreign := foreign_checkpoints(out_dir, own) if out_dir.is_dir() else []) and not args.overwrite_output_dir:
-        others = sorted({str(owner(f)) for f in foreign})
-        fork = f"this run forks run {parent['run_id']} at step {parent['step']}; " if parent else ""
-        fail(
-            f"{out_dir} holds {len(foreign)} checkpoint(s) of another run ({', '.join(others)}: "
-            f"{', '.join(f.name for f in foreign)}); {fork}resume it with --resume_from_checkpoint latest, give "
-            "another --output_dir, or --overwrite_output_dir to delete them"
+    resume = args.resume_from_checkpoint and Path(args.resume_from_checkpoint)
+    if args.resume_from_checkpoint == "latest":
+        resume = find_latest(accelerator, out_dir)
+    try:
+        run, foreign = claim_run(
+            out_dir,
+            resume,
+            args.overwrite_output_dir,
+            say=accelerator.print,
+            new_id=lambda: broadcast_object_list([new_run_id()])[0] if W > 1 else new_run_id(),
         )
-    run = {"run_id": run_id, "own": own, "parent": parent}
+    except CheckpointError as e:  # another run's checkpoints in the folder
+        fail(e)
+    run_id = run["run_id"]
     B, E = args.per_device_train_batch_size, args.per_device_eval_batch_size
-    saved_layout = (read_manifest(Path(resume)) or {}).get("layout") if resume else None
-    if resume and (why := layout_mismatch(Path(resume), saved_layout, W, B, E)):
+    saved_layout = (read_manifest(resume) or {}).get("layout") if resume else None
+    if resume and (why := layout_mismatch(resume, saved_layout, W, B, E)):
         fail(why)
 
     # ---- data, tokenizer, model (all checks before any training) ----
@@ -799,7 +502,7 @@ def main(argv=None):
     try:
         train = shard_streams(ids["train"], B, W, rank)
         if args.unseen_word_rate:
-            train = number_slots_per_row(train, cfg.vocab_size, cfg.oov_slots, args.unseen_word_block, rank * B)
+            train = number_slots_per_row(train, cfg.vocab_size)
         train = train.to(accelerator.device)
         evals = {
             s: shard_streams(t, args.per_device_eval_batch_size, W, rank).to(accelerator.device)
@@ -843,37 +546,25 @@ def main(argv=None):
         raw.forward = lambda *a, **kw: (compiled_forward if raw.training else eager_forward)(*a, **kw)
     averager = ParameterAverager(raw.parameters())
     state = TrainState(args.learning_rate)
-    accelerator.register_for_checkpointing(state)
-    accelerator.register_for_checkpointing(averager)
     best = BestWeights(raw, averager)
-    accelerator.register_for_checkpointing(best)
-
-    def save_tied_weights_once(models, weights, _):
-        # A tied matrix is one tensor under two names: save it under one (loading restores the alias) rather than
-        # leave accelerate to drop the second name with a warning at every checkpoint.
-        for m, state in zip(models, weights, strict=True):
-            tied = accelerator.unwrap_model(m).all_tied_weights_keys
-            for name in [n for n in state if n.removeprefix("module.") in tied]:
-                del state[name]
-
-    accelerator.register_save_state_pre_hook(save_tied_weights_once)
+    states = {"train_state.json": state, "averager.safetensors": averager, "best_weights.safetensors": best}
+    save_tied_weights_once(accelerator)
     cache = PointerSentinelCache()
     if resume:
-        from safetensors import safe_open
-
-        with safe_open(Path(resume) / "model.safetensors", "pt") as saved:
-            saved_oov = any(is_oov_weight(k) for k in saved.keys())
-        if saved_oov != cfg.oov_pointer:
-            fail(f"{resume} was trained {'with' if saved_oov else 'without'} the placeholders' own weights: resume "
-                 f"it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip
-        accelerator.load_state(resume)
+        try:  # a forged or damaged file: one line that names it, before anything of it is loaded
+            saved_oov = any(is_oov_weight(k) for k in saved_weight_names(resume))
+            if saved_oov != cfg.oov_pointer:
+                fail(f"{resume} was trained {'with' if saved_oov else 'without'} the placeholders' own weights: "
+                     f"resume it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip
+            load_checkpoint(accelerator, resume, states)
+            # Another world size takes the same streams in other shares (see stream_layout). Read on the CPU, then
+            # moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the other way round.
+            saved_batch = saved_layout["per_device_train_batch_size"] if saved_layout else B
+            stream = resharded_stream_state(resume, saved_batch, B, rank)
+        except CheckpointError as e:
+            fail(e)
         for group, scale in zip(optimizer.param_groups, scales, strict=True):
             group["lr_scale"] = scale
-        # read on the CPU, then moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the
-        # other way round. torch.load cannot map onto an indexed CPU device ("cpu:0", a gloo rank's device).
-        # Another world size takes the same streams in other shares (see stream_layout).
-        saved_batch = saved_layout["per_device_train_batch_size"] if saved_layout else B
-        stream = resharded_stream_state(Path(resume), saved_batch, B, rank)
         cache.load_state_dict(send_to_device(stream, accelerator.device))
         if saved_layout and saved_layout["world_size"] != W:  # the saved RNG states were other ranks' (see above)
             set_seed(args.seed + state.step, device_specific=True)
@@ -988,7 +679,7 @@ def main(argv=None):
                 run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 state.train_seconds = time_limit.elapsed()
-                save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run,
+                save_checkpoint(accelerator, out_dir, state.step, states, cache, args.checkpoints_total_limit, run,
                                 layout())  # fmt: skip
             out_of_time = time_limit.passed(accelerator.sync_gradients, log_now)  # all ranks agree
             if args.max_train_steps and state.step >= args.max_train_steps:
@@ -1045,7 +736,7 @@ def main(argv=None):
             break
     if paused:  # a checkpoint at the epoch end, and no results: the run is not over
         state.train_seconds = time_limit.elapsed()
-        save_checkpoint(accelerator, out_dir, state.step, cache, rank, args.checkpoints_total_limit, run, layout())
+        save_checkpoint(accelerator, out_dir, state.step, states, cache, args.checkpoints_total_limit, run, layout())
         saved = out_dir / f"step_{state.step}"
         accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
                           "with --resume_from_checkpoint latest")  # fmt: skip

@@ -7,7 +7,8 @@ score a test set and print its perplexity next to the one the model card records
 
 The model folder's eval_results.json names its dataset: a WikiText-2 model is scored on the bundled WikiText-2 test
 split without any flag; Penn Treebank is not bundled (its text is the LDC's), so a PTB model is scored when you pass
-your copy of ptb.test.txt. A missing folder or file stops the script with one `error:` line and exit status 2.
+your copy of ptb.test.txt. A missing folder, or a test file that is missing, empty or not UTF-8 text, stops the script
+with one `error:` line and exit status 2, before any sample.
 """
 
 import argparse
@@ -18,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
-from cli import ArgumentParser, check_ranges, describe_ranges, fail, load_errors, positive  # noqa: E402
+from cli import ArgumentParser, check_ranges, check_text_file, describe_ranges, fail, load_errors, positive  # noqa: E402
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"  # WikiText-2 is bundled: scored with no flag
@@ -44,8 +45,7 @@ def parse_args(argv=None):
     if not (Path(args.model) / "eval_results.json").is_file():
         p.error(f"{args.model}: no shipped model there (a folder of pretrained/ with eval_results.json; the PTB "
                 "models are added with examples/export_pretrained.py)")  # fmt: skip
-    if args.test_file and not Path(args.test_file).is_file():  # checked before the samples, not after
-        p.error(f"--test_file {args.test_file}: no such file")
+    check_text_file(p, "--test_file", args.test_file, decode=True)  # before the samples: a folder, no text, binary
     return args
 
 

@@ -3,9 +3,8 @@
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoTokenizer
 
 from .configuration_pointer_sentinel import PointerSentinelConfig
-from .generation_pointer_sentinel import PointerSentinelLogitsProcessor, PointerStash
+from .generation_pointer_sentinel import PointerSentinelCache, PointerSentinelLogitsProcessor, PointerStash
 from .modeling_pointer_sentinel import (
-    PointerSentinelCache,
     PointerSentinelCausalLMOutput,
     PointerSentinelForCausalLM,
     PointerSentinelModel,

@@ -51,6 +51,8 @@ FORMAT = 2  # 2: each id's count beside the ids (.counts.npy)
 CHUNK_BYTES = 1 << 22  # text read per step: constant memory, and batches big enough for the tokenizer's threads
 MIN_RANGE_BYTES = 1 << 24  # a worker's least share of a file (token_file's num_proc)
 TOKENIZATION_SOURCE = Path(__file__).resolve().parent / "tokenization.py"
+BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
+SPLITS = ("train", "validation", "test")
 
 
 def default_cache_dir() -> Path:
@@ -618,12 +620,29 @@ class TokenBlocks(torch.utils.data.Dataset):
         return {"input_ids": block, "labels": block.clone()}
 
 
+def split_files(train_file: str | None = None, validation_file: str | None = None,
+                test_file: str | None = None) -> dict[str, str]:  # fmt: skip
+    """Each split's text file: the local files given (only those splits: evaluation needs no train), or the bundled
+    WikiText-2 when none is; each must exist and hold something."""
+    if train_file or validation_file or test_file:
+        files = {"train": train_file, "validation": validation_file, "test": test_file}
+    else:
+        files = {
+            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
+        }
+    files = {k: v for k, v in files.items() if v}
+    for split, path in files.items():
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"The {split} file {path} does not exist.")
+        if Path(path).stat().st_size == 0:
+            raise ValueError(f"The {split} file {path} is empty.")
+    return files
+
+
 def split_sources(dataset_name=None, dataset_config_name=None, train_file=None, validation_file=None, test_file=None,
                   encoding: str = "utf-8") -> dict[str, TextSource]:  # fmt: skip
     """The splits `training.load_text_splits` reads, as sources to stream: a Hub dataset, the local files given,
     or the bundled WikiText-2."""
-    from .training import SPLITS, split_files
-
     if dataset_name:
         import datasets
 

@@ -11,34 +11,13 @@ Two schemes (see README "Training schemes"):
 import math
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from .data import BUNDLED as BUNDLED  # where callers read it
+from .data import SPLITS, TokenStreams, split_files
 from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache
 from .tokenization import ends_lines_with_eos
-
-BUNDLED = Path(__file__).resolve().parent / "data" / "wikitext-2"
-SPLITS = ("train", "validation", "test")
-
-
-def split_files(train_file: str | None = None, validation_file: str | None = None,
-                test_file: str | None = None) -> dict[str, str]:  # fmt: skip
-    """Each split's text file: the local files given (only those splits: evaluation needs no train), or the bundled
-    WikiText-2 when none is; each must exist and hold something."""
-    if train_file or validation_file or test_file:
-        files = {"train": train_file, "validation": validation_file, "test": test_file}
-    else:
-        files = {
-            s: str(BUNDLED / f"wiki.{n}.tokens.xz") for s, n in zip(SPLITS, ("train", "valid", "test"), strict=True)
-        }
-    files = {k: v for k, v in files.items() if v}
-    for split, path in files.items():
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"The {split} file {path} does not exist.")
-        if Path(path).stat().st_size == 0:
-            raise ValueError(f"The {split} file {path} is empty.")
-    return files
 
 
 def load_text_splits(
@@ -167,44 +146,80 @@ def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vo
 
 
 def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, rate: float, max_count: int = 10,
-                          block: int = 1000, seed: int = 0) -> torch.Tensor:  # fmt: skip
+                          block: int = 1000, seed: int = 0, window: int | None = None) -> torch.Tensor:  # fmt: skip
     """Training text in which some rare words play words the vocabulary lacks, so the pointer learns to copy
-    placeholders (`config.oov_slots`). In each block of `block` tokens, each word seen at most `max_count` times in
-    `ids` is chosen with probability `rate` and written as one placeholder throughout the block, slots in order of
-    first occurrence, as the tokenizer numbers a text's unseen words. A block's slots follow the previous block's
-    (modulo oov_slots), so a window reaching back over a block boundary never holds one slot for two words; slots
-    are interchangeable to the model (each reads <unk>'s embedding), so the numbering is no mismatch."""
-    if not 0 <= rate <= 1 or block < 1 or oov_slots < 2:
-        raise ValueError(f"Need 0 <= rate <= 1, block >= 1 and oov_slots >= 2; got {rate}, {block} and {oov_slots}.")
+    placeholders (`config.oov_slots`). In each block of `block` tokens, each distinct word seen at most `max_count`
+    times in `ids` is chosen with probability `rate` (wherever in the block it first occurs), and its occurrences in
+    the block are written as placeholders.
+
+    Slots are given as the text runs (`placeholder_slots`), so that no `window` consecutive tokens (the pointer window
+    L, `config.pointer_window`; default `block`, the safe side) hold one slot for two words or one word under two
+    slots: a word keeps its slot (across a block boundary too) until the slot is needed for another word, and a new
+    word takes the least recently used slot that no window holds. With oov_slots >= window a slot is always free, so
+    every occurrence of a chosen word is renamed: `rate` of the qualifying tokens, at every block position. With
+    fewer slots, an occurrence that finds none free stays itself (examples/unseen_word_simulation.py measures
+    the effective rate).
+    Slots are interchangeable to the model (each reads <unk>'s embedding), so their numbering is no mismatch.
+
+    A block shorter than `window` is refused (ValueError): every window would reach into two or three blocks, each
+    choosing its words afresh, so most windows would hold a word both as itself and as an unseen word."""
+    window = block if window is None else window
+    if not 0 <= rate <= 1 or block < 1 or oov_slots < 2 or window < 1:
+        raise ValueError(f"Need 0 <= rate <= 1, block >= 1, oov_slots >= 2 and window >= 1; got {rate}, {block}, "
+                         f"{oov_slots} and {window}.")  # fmt: skip
+    if block < window:
+        raise ValueError(f"unseen_word_block ({block}) must be at least the pointer window ({window} tokens).")
     rare = torch.bincount(ids, minlength=vocab_size) <= max_count
-    g, out, slot = torch.Generator().manual_seed(seed), ids.clone(), 0
+    g, chosen = torch.Generator().manual_seed(seed), torch.zeros(ids.shape, dtype=torch.bool)
     for s in range(0, ids.numel(), block):
         part = ids[s : s + block]
         words = torch.tensor(list(dict.fromkeys(part[rare[part]].tolist())), dtype=ids.dtype)  # first occurrence order
-        chosen = words[torch.rand(words.numel(), generator=g) < rate][: oov_slots // 2]
-        for k, word in enumerate(chosen.tolist()):
-            out[s : s + block][part == word] = vocab_size + (slot + k) % oov_slots
-        slot = (slot + chosen.numel()) % oov_slots
+        chosen[s : s + block] = torch.isin(part, words[torch.rand(words.numel(), generator=g) < rate])
+    out, at = ids.clone(), chosen.nonzero().flatten()
+    slots = placeholder_slots(at.tolist(), ids[at].tolist(), oov_slots, window)
+    kept = torch.tensor([k >= 0 for k in slots], dtype=torch.bool)
+    out[at[kept]] = vocab_size + torch.tensor(slots, dtype=ids.dtype)[kept]
     return out
 
 
-def number_slots_per_row(streams: torch.Tensor, vocab_size: int, oov_slots: int, block: int, first_row: int = 0):
-    """(B, n) streams whose placeholders are numbered 0, 1, 2, ... (mod oov_slots) in each row's order of first
-    occurrence, as the tokenizer numbers a text's unseen words and the model's new-word share reads them (`new_word`):
-    `simulate_unseen_words` numbers the whole split, and a row starts part-way through it. A placeholder id is one
-    word within one simulation block of the flat split (rows are its consecutive pieces, `first_row` the first)."""
-    out, n = streams.clone(), streams.shape[1]
-    for r, row in enumerate(out):
+def number_slots_per_row(streams: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(B, n) streams whose placeholders are numbered 0, 1, 2, ... in each row's order of first occurrence, as the
+    tokenizer numbers a text's unseen words and the model's new-word share reads them (`new_word`):
+    `simulate_unseen_words` numbers the whole split, and a row starts part-way through it. Renaming slots row by row
+    keeps which positions share a slot, so the windows hold what they held."""
+    out = streams.clone()
+    for row in out:
         at = (row >= vocab_size).nonzero().squeeze(1)
         if at.numel() == 0:
             continue
-        keys = ((first_row + r) * n + at) // block * oov_slots + row[at] - vocab_size  # (block, slot): one word
-        words, which = torch.unique(keys, return_inverse=True)
-        first = torch.full((len(words),), at.numel()).scatter_reduce(0, which, torch.arange(at.numel()), "amin")
+        slots, which = torch.unique(row[at], return_inverse=True)
+        first = torch.full((len(slots),), at.numel()).scatter_reduce(0, which, torch.arange(at.numel()), "amin")
         order = torch.empty_like(first)
-        order[first.argsort()] = torch.arange(len(words))
-        row[at] = vocab_size + order[which] % oov_slots
+        order[first.argsort()] = torch.arange(len(slots))
+        row[at] = vocab_size + order[which]
     return out
+
+
+def placeholder_slots(positions: list[int], words: list[int], oov_slots: int, window: int) -> list[int]:
+    """The slot of each renamed occurrence (`words[i]` at `positions[i]`, increasing), or -1 where none is free: a word
+    keeps the slot it holds; a word without one takes the least recently used slot, if no `window` consecutive
+    positions hold its last use and this one (the slot's previous word then loses it)."""
+    last = dict.fromkeys(range(oov_slots), -window)  # slot -> its last use, least recently used first
+    holder, held = {}, {}  # word -> slot, slot -> word
+    found = []
+    for t, w in zip(positions, words, strict=True):
+        k = holder.get(w)
+        if k is None:
+            k = next(iter(last))
+            if t - last[k] < window:  # the least recently used slot is in a window with t: so is every other
+                found.append(-1)
+                continue
+            holder.pop(held.get(k), None)
+            holder[w], held[k] = k, w
+        del last[k]
+        last[k] = t
+        found.append(k)
+    return found
 
 
 def is_oov_weight(name: str) -> bool:
@@ -260,8 +275,6 @@ def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: i
     rows = slice(process_index * batch_size, (process_index + 1) * batch_size)
     if torch.is_tensor(ids):
         return ids[: n * total].view(total, n)[rows]
-    from .data import TokenStreams
-
     return TokenStreams(ids[: n * total].reshape(total, n)[rows])
 
 

@@ -8,7 +8,6 @@ tests/test_checkpoints.py; the kill is a real SIGKILL, so nothing of the process
 as well, the run also asks itself to stop (tests/signal_after_save.py), so a kill can land in the stop's save."""
 
 import io
-import json
 import os
 import shutil
 import signal
@@ -23,6 +22,8 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train  # noqa: E402
+
+from modeling_pointer_sentinel import checkpointing  # noqa: E402
 
 KILL_SAVE, KILL_EVENT = (int(v) for v in os.environ.get("KILL_AT", "0:0").split(":"))
 KILL_STEP, HANG_STEP = int(os.environ.get("KILL_AT_STEP", 0)), int(os.environ.get("HANG_AT_STEP", 0))
@@ -43,7 +44,7 @@ def die():
 
 
 original_save, original_replace, original_rmtree = torch.save, os.replace, shutil.rmtree
-original_write_manifest = train.write_manifest
+original_write_file = checkpointing.write_file
 
 
 def torch_save(obj, f, *args, **kwargs):
@@ -79,12 +80,12 @@ def rmtree(path, *args, **kwargs):
     return original_rmtree(path, *args, **kwargs)
 
 
-def write_manifest(path, manifest):
+def write_file(path, data):
+    """checkpointing.py's own files: the states (JSON, safetensors) and the manifest."""
     if event():
-        text = json.dumps(manifest)
-        Path(path).write_text(text[: len(text) // 2])
+        Path(path).write_bytes(data[: len(data) // 2])
         die()
-    return original_write_manifest(path, manifest)
+    return original_write_file(path, data)
 
 
 def step_taken(*_):
@@ -106,7 +107,7 @@ def save_checkpoint(*args, **kwargs):
 torch.save, os.replace, shutil.rmtree = torch_save, replace, rmtree
 accelerate.utils.other.safe_save_file = safe_save_file
 original_save_checkpoint, train.save_checkpoint = train.save_checkpoint, save_checkpoint
-train.write_manifest = write_manifest
+checkpointing.write_file = write_file
 register_optimizer_step_post_hook(step_taken)
 
 if "SIGNAL_AT" in os.environ:

@@ -3,6 +3,7 @@ with --resume_from_checkpoint latest, ends bit-exact with a run that was never k
 
 import json
 import os
+import shutil
 import signal
 import sys
 
@@ -12,13 +13,16 @@ import torch
 from safetensors.torch import load_file
 from test_train import TINY, TRAIN, _env, launch, losses, repeated_sentences, small_args, train_module
 
+from modeling_pointer_sentinel import checkpointing
+
 KILLER = TRAIN.parents[1] / "tests" / "kill_during_save.py"
 SIGNALLER = TRAIN.parents[1] / "tests" / "signal_after_save.py"
 
 # The file operations of one save (tests/kill_during_save.py counts them), each killed once: 1 model.safetensors,
-# 2 optimizer.bin, 3 random_states_0.pkl, 4-6 custom_checkpoint_{0,1,2}.pkl, 7 stream_state_0.pt, 8 the manifest
-# checkpoint.json, 9/10 before/after the rename of step_N.<run id>.incomplete to step_N, 11 inside the rmtree of the
-# checkpoint past the limit. (Each write is cut halfway, a rename killed before or after it happens.)
+# 2 optimizer.bin, 3 random_states_0.pkl, 4 train_state.json, 5 averager.safetensors, 6 best_weights.safetensors,
+# 7 stream_state_0.safetensors, 8 the manifest checkpoint.json, 9/10 before/after the rename of
+# step_N.<run id>.incomplete to step_N, 11 inside the rmtree of the checkpoint past the limit. (Each write is cut
+# halfway, a rename killed before or after it happens.)
 KILL_EVENTS = list(range(1, 12))
 
 
@@ -59,8 +63,7 @@ def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tm
         done = run(KILLER, [*args, "--output_dir", str(killed)], kill_at=f"2:{event}")
         assert done.returncode == -signal.SIGKILL, (event, done.stderr[-3000:])
         if event < 11:  # a save cut short is invisible: every step_N folder is a whole checkpoint
-            train = train_module()
-            assert all(train.incomplete(f) is None for f in train.checkpoint_folders(killed)), event
+            assert all(checkpointing.incomplete(f) is None for f in checkpointing.checkpoint_folders(killed)), event
     done = run(TRAIN, [*args, "--output_dir", str(killed)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert "resuming from" in done.stdout
@@ -83,8 +86,8 @@ def test_sigkill_inside_saves_then_resume_latest_ends_bit_exact(small_corpus, tm
     assert {json.loads((killed / n / "checkpoint.json").read_text())["run_id"] for n in left} == {
         log_rows(killed)[0]["run_id"]
     }
-    # the best weights ride in each checkpoint (custom object 2) with the tied matrix once, as in model.safetensors
-    best = torch.load(killed / "step_36" / "custom_checkpoint_2.pkl", weights_only=True)["weights"]
+    # the best weights ride in each checkpoint with the tied matrix once, as in model.safetensors
+    best = checkpointing.read_state(killed / "step_36" / "best_weights.safetensors")["weights"]
     tied = best["lm_head.weight"], best["model.embed_tokens.weight"]
     assert tied[0].untyped_storage().data_ptr() == tied[1].untyped_storage().data_ptr()
     assert sum(
@@ -117,8 +120,7 @@ def test_latest_skips_incomplete_checkpoints_and_says_so(small_corpus, tmp_path)
     assert f"resuming from {out / 'step_1'}" in done.stdout
     assert [r["step"] for r in log_rows(out) if "train_loss" in r] == [1, 2, 2, 3, 4]
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == ["step_2", "step_3", "step_4"]
-    train = train_module()
-    assert all(train.incomplete(out / f"step_{s}") is None for s in (2, 3, 4))  # saved again, whole
+    assert all(checkpointing.incomplete(out / f"step_{s}") is None for s in (2, 3, 4))  # saved again, whole
 
 
 def test_resume_from_an_incomplete_checkpoint_by_name_is_one_error(small_corpus, tmp_path):
@@ -176,7 +178,7 @@ def test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_
     assert "valid_ppl" in untimed[-1] and untimed[-1]["step"] == epoch_end
     saved = stopped / f"step_{epoch_end}"
     assert json.loads((saved / "checkpoint.json").read_text())["step"] == epoch_end
-    assert torch.load(saved / "custom_checkpoint_2.pkl", weights_only=True) == {"weights": "model"}
+    assert checkpointing.read_state(saved / "best_weights.safetensors") == {"weights": "model"}
     done = run(TRAIN, [*args, "--output_dir", str(stopped)])
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"resuming from {saved}" in done.stdout
@@ -236,13 +238,12 @@ def test_best_weights_name_an_equal_source_and_load_it_back():
     from modeling_pointer_sentinel import PointerSentinelConfig, PointerSentinelForCausalLM
     from modeling_pointer_sentinel.training import ParameterAverager
 
-    train = train_module()
     torch.manual_seed(0)
     cfg = PointerSentinelConfig(vocab_size=30, embedding_size=8, hidden_size=8, num_layers=1, pointer_window=4,
                                 tie_word_embeddings=True)  # fmt: skip
     model = PointerSentinelForCausalLM(cfg)
     averager = ParameterAverager(model.parameters())
-    best = train.BestWeights(model, averager)
+    best = checkpointing.BestWeights(model, averager)
     best.keep()
     assert best.state_dict() == {"weights": "model"}
     averager.start()
@@ -255,7 +256,7 @@ def test_best_weights_name_an_equal_source_and_load_it_back():
     averager.swap()
     kept = {k: v.clone() for k, v in best.weights.items()}
     assert best.state_dict() == {"weights": "average"}
-    fresh = train.BestWeights(model, averager)
+    fresh = checkpointing.BestWeights(model, averager)
     fresh.load_state_dict(best.state_dict())
     assert fresh.weights.keys() == kept.keys() and all(torch.equal(fresh.weights[k], v) for k, v in kept.items())
     tied = fresh.weights["lm_head.weight"], fresh.weights["model.embed_tokens.weight"]
@@ -304,7 +305,7 @@ def test_two_rank_run_killed_in_training_and_in_saves_resumes_latest_bit_exact(s
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     launch([*args, "--output_dir", str(whole)], processes=2, port=29631)
     # rank 1 after its 3rd optimizer step (before that step's save); rank 0 in its 2nd save's manifest (event 8);
-    # rank 1 in its 2nd save's stream_state_1.pt (its events: 1 random_states_1.pkl, 2 stream_state_1.pt)
+    # rank 1 in its 2nd save's stream_state_1.safetensors (its events: 1 random_states_1.pkl, 2 that file)
     for kill in ({"KILL_AT_STEP": "3", "KILL_RANK": "1"}, {"KILL_AT": "2:8", "KILL_RANK": "0"},
                  {"KILL_AT": "2:2", "KILL_RANK": "1"}):  # fmt: skip
         done = launch([*args, "--output_dir", str(killed)], processes=2, port=29631, check=False, script=KILLER,
@@ -345,7 +346,6 @@ def test_clean_up_removes_only_the_runs_own_folders(tmp_path):
     """With a limit of 1, run "mine" keeps its newest checkpoint and loses its older one and its kill leftovers;
     another run's newer checkpoint, its half-deleted one, its .replaced and its .incomplete (maybe a save in progress)
     stay, and a folder no save wrote (no manifest) goes."""
-    train = train_module()
 
     def checkpoint(name, run_id, step, whole=True):
         folder = tmp_path / name
@@ -365,7 +365,7 @@ def test_clean_up_removes_only_the_runs_own_folders(tmp_path):
     checkpoint("step_9.other.replaced", "other", 9)
     (tmp_path / "step_9.other.incomplete").mkdir()
     (tmp_path / "step_7").mkdir()  # no manifest: not a checkpoint of any run
-    train.tidy_checkpoints(tmp_path, 1, {"mine"}, say=lambda _: None)
+    checkpointing.tidy_checkpoints(tmp_path, 1, {"mine"}, say=lambda _: None)
     assert step_folders(tmp_path) == ["step_1", "step_3", "step_8", "step_9.other.incomplete", "step_9.other.replaced"]
 
 
@@ -422,3 +422,61 @@ def test_resuming_an_older_checkpoint_forks_a_new_run_that_keeps_the_first_runs_
     # resuming A's newest checkpoint in A's folder continues run A
     train.main(small_args(small_corpus, a_dir, *common[:-1], "10", "--resume_from_checkpoint", str(a_dir / "step_8")))
     assert manifest(a_dir / "step_10")["run_id"] == a and "parent" not in manifest(a_dir / "step_10")
+
+
+# ---- a checkpoint runs no code ----
+class Payload:
+    """Unpickled, it runs a shell command that leaves a marker file: a forged checkpoint file's payload."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def plant(folder, name, marker):
+    """Replace (or add) `name` in a checkpoint with the payload, and update the manifest as a forger would."""
+    torch.save(Payload(marker), folder / name)
+    saved = manifest(folder)
+    saved["files"][name] = (folder / name).stat().st_size
+    (folder / "checkpoint.json").write_text(json.dumps(saved))
+
+
+# every file a save writes, and a pickle no save writes any more (accelerate would unpickle it with code allowed)
+CHECKPOINT_FILES = ["model.safetensors", "optimizer.bin", "random_states_0.pkl", "train_state.json",
+                    "averager.safetensors", "best_weights.safetensors", "stream_state_0.safetensors",
+                    "custom_checkpoint_0.pkl"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved_run(small_corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("saved_run") / "run"
+    train_module().main(small_args(small_corpus, out, "--checkpointing_steps", "2", "--max_train_steps", "2",
+                                   "--num_threads", "1"))  # fmt: skip
+    assert sorted(p.name for p in (out / "step_2").iterdir()) == sorted(
+        ["checkpoint.json", *CHECKPOINT_FILES[:-1]]
+    )  # nothing pickled but accelerate's optimizer and RNG states
+    return out
+
+
+@pytest.mark.parametrize("name", CHECKPOINT_FILES)
+def test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line(
+    small_corpus, saved_run, tmp_path, capsys, name
+):
+    """The issue's case: one file of the newest checkpoint replaced by a torch.save'd object whose unpickling runs a
+    shell command, the manifest's sizes updated. `--resume_from_checkpoint latest` runs no code and stops with one
+    line (exit status 2) that names the file."""
+    out, marker = tmp_path / "run", tmp_path / "payload_ran"
+    shutil.copytree(saved_run, out)
+    plant(out / "step_2", name, marker)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        train_module().main(small_args(small_corpus, out, "--checkpointing_steps", "2",
+                                       "--max_train_steps", "4", "--num_threads", "1",
+                                       "--resume_from_checkpoint", "latest"))  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert not marker.exists(), name
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert str(out / "step_2" / name) in err[0] and "forged or damaged" in err[0], err
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == ["step_2"]  # nothing saved

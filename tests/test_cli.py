@@ -86,8 +86,24 @@ def assert_one_error_line(done, message):
 def test_evaluate_and_generate_invalid_input_end_in_one_error_line(saved_model, tmp_path):
     assert_one_error_line(run_script("evaluate.py", tmp_path / "no_model"), "no such model folder")
     done = run_script("evaluate.py", saved_model, "--test_file", "nope.txt", cwd=tmp_path)
-    assert_one_error_line(done, "does not exist")
+    assert_one_error_line(done, "--test_file nope.txt: no such file")
     assert_one_error_line(run_script("generate.py", tmp_path / "no_model"), "no such model folder")
+
+
+def test_evaluate_num_threads_sets_torchs_cpu_threads(saved_model, tmp_path):
+    """--num_threads, which the README's flag table promises for evaluate.py: accepted, and torch runs on that many
+    CPU threads while it scores."""
+    from conftest import evaluate_script
+
+    text = tmp_path / "text.txt"
+    text.write_text("a b c a b c d\ne f a b\n" * 20)
+    before = torch.get_num_threads()
+    try:
+        results = evaluate_script()([str(saved_model), "--test_file", str(text), "--num_threads", str(before + 1),
+                                     "--batch_size", "2", "--data_cache_dir", str(tmp_path / "cache")])  # fmt: skip
+        assert torch.get_num_threads() == before + 1 and 0 < results["ppl"] < float("inf")
+    finally:
+        torch.set_num_threads(before)
 
 
 def generate_main():
@@ -290,6 +306,10 @@ def test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line(model, mes
         ("negative length", ["--max_new_tokens", "-1"], "--max_new_tokens must be a positive integer, got -1"),
         ("no samples", ["--num_samples", "0"], "--num_samples must be a positive integer, got 0"),
         ("damaged folder", [], "OSError: Error no file named model.safetensors"),
+        ("binary test file", ["--test_file", "binary.bin"], "--test_file binary.bin: not UTF-8 text (byte 3: "),
+        ("empty test file", ["--test_file", "empty.txt"], "--test_file empty.txt: is empty"),
+        ("blank test file", ["--test_file", "blank.txt"], "--test_file blank.txt: holds only blank lines, no text"),
+        ("a folder as test file", ["--test_file", "."], "--test_file .: is a folder, not a text file"),
     ],
 )
 def test_try_pretrained_bad_input_is_one_error_line_before_any_sample(case, args, message, tmp_path):
@@ -299,7 +319,10 @@ def test_try_pretrained_bad_input_is_one_error_line_before_any_sample(case, args
     if case == "damaged folder":
         folder = shutil.copytree(folder, tmp_path / "damaged")
         (folder / "model.safetensors").unlink()
-    done = run_script("try_pretrained.py", "--model", folder, *args)
+    (tmp_path / "binary.bin").write_bytes(b"abc\xff\xfe\x00\x01" * 100)
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "blank.txt").write_text("\n  \n\t\n")
+    done = run_script("try_pretrained.py", "--model", folder, *args, cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr and "sample:" not in done.stdout, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("try_pretrained.py: error: ") and message in last, last
@@ -335,6 +358,7 @@ finally:
     heavy = {"torch", "transformers", "accelerate", "datasets", "tokenizers"}
     print("heavy imports:", sorted(heavy & set(sys.modules)), file=sys.stderr)
 """
+WT2 = str(ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200")
 COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); "" is --help
     ("train.py", ["--help"], ""),
     ("train.py", ["--bogus_flag"], "unrecognized arguments: --bogus_flag"),
@@ -353,6 +377,16 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
         "--dynamic_grid_memo needs --dynamic_grid",
     ),
     ("evaluate.py", ["no_model"], "no such model folder"),
+    ("evaluate.py", ["model", "--bptt", "0"], "--bptt must be >= 1, got 0"),
+    ("evaluate.py", ["model", "--max_tokens", "-5"], "--max_tokens must be >= 1, got -5"),
+    ("evaluate.py", ["model", "--max_tokens", "0"], "--max_tokens must be >= 1, got 0"),  # 0 meant the whole file
+    ("evaluate.py", ["model", "--batch_size", "-1"], "--batch_size must be >= 1, got -1"),
+    ("evaluate.py", ["model", "--num_threads", "0"], "--num_threads must be >= 1, got 0"),
+    ("evaluate.py", ["."], ".: not a model folder (no config.json and no tokenizer.json or tokenizer_config.json;"),
+    ("evaluate.py", [WT2, "--test_file", "."], "--test_file .: is a folder, not a text file"),
+    ("evaluate.py", [WT2, "--test_file", "nope.txt"], "--test_file nope.txt: no such file"),
+    ("evaluate.py", [WT2, "--test_file", "empty.txt"], "--test_file empty.txt: is empty"),
+    ("evaluate.py", [WT2, "--compare", "."], "--compare .: not a model folder (no config.json;"),
     ("generate.py", ["--help"], ""),
     ("generate.py", ["model", "--top_p", "1.5"], "--top_p must be in (0, 1]"),
     ("generate.py", ["no_model"], "no such model folder"),
@@ -378,7 +412,9 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
 
 
 @pytest.mark.parametrize(
-    "script, args, message", COMMAND_LINE_MISTAKES, ids=[f"{s} {' '.join(a)}" for s, a, _ in COMMAND_LINE_MISTAKES]
+    "script, args, message",
+    COMMAND_LINE_MISTAKES,
+    ids=[f"{s} {' '.join(a).replace(WT2, 'WT2')}" for s, a, _ in COMMAND_LINE_MISTAKES],
 )
 def test_scripts_check_their_command_line_before_importing_torch(script, args, message, tmp_path):
     """--help and a mistaken command line or config file answer at once (exit 0 with the help, exit 2 with one error
@@ -386,6 +422,7 @@ def test_scripts_check_their_command_line_before_importing_torch(script, args, m
     line has passed its checks."""
     (tmp_path / "bad.json").write_text('{"bptt": 3.5, "model": {"hidden_size": 8}}')
     (tmp_path / "model.json").write_text('{"model": {"hidden_size": 8}}')
+    (tmp_path / "empty.txt").write_text("")
     cmd = [sys.executable, "-c", IMPORTS_OF, str(ROOT / "examples" / script), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     *errors, heavy = done.stderr.strip().splitlines()

@@ -92,6 +92,23 @@ def test_line_breaks_odd_whitespace_and_split_words_keep_encode_lines_ids(rules,
         assert ids.tolist() == encode_lines(tok, lines).tolist()
 
 
+@pytest.mark.parametrize("num_proc", [1, 2])
+def test_a_vocabulary_above_65536_words_keeps_its_ids(num_proc, tmp_path, monkeypatch):
+    """A vocabulary whose ids do not fit uint16 (WikiText-103's has 267,735 words) is cached as uint32, so every id
+    above 65,535 comes back as it was, not wrapped: 70,001 distinct words w0..w70000, in one pass or two workers'."""
+    monkeypatch.setattr(data, "MIN_RANGE_BYTES", 1 << 16)
+    lines = [" ".join(f"w{i}" for i in range(start, min(start + 100, 70_001))) for start in range(0, 70_001, 100)]
+    path = tmp_path / "big.txt"
+    path.write_text("\n".join(lines) + "\n")
+    tok = build_word_level_tokenizer(lines, text_rules="whitespace")
+    expected = encode_lines(tok, lines)
+    assert len(tok) > 2**16 and int(expected.max()) > 2**16
+    source = TextSource(path=str(path))
+    assert len(data._byte_ranges(source, num_proc)) == num_proc
+    ids = cached_ids(tok, source, tmp_path / "cache", progress=False, num_proc=num_proc)
+    assert torch.equal(ids, expected)
+
+
 def test_a_changed_file_or_tokenizer_is_prepared_again_an_unchanged_one_is_read(tmp_path):
     path = tmp_path / "train.txt"
     path.write_text("a b c\nb c\n")

@@ -185,7 +185,9 @@ def test_readme_unseen_names_are_their_results_file():
     tuned, base = results["wt2-pointer-sentinel-lstm-2x200-oov-pointer"], results["wt2-pointer-sentinel-lstm-2x200"]
     shown = next(p for p in tuned["prompts"] if p["prompt"].startswith("\nThe Quarrington River"))
     assert '`"' + shown["prompt"].replace("\n", "\\n") + '"`' in words
-    assert f"continues `{shown['sample']['continuations'][0].replace(chr(10), chr(92) + 'n')}`" in words
+    assert f"continues `{shown['sample']['continuations'][0].replace(chr(10), chr(92) + 'n')}` in the first of one " \
+        f"call's {tuned['samples']} samples (`num_return_sequences={tuned['samples']}`;" in words  # fmt: skip
+    assert f"Sampled through its `pipeline` (top-k 40, seed {tuned['seed']})," in words
     assert shown["sample"]["unseen_back"][0], "the continuation shown brings an unseen word back"
 
     def rates(r):
@@ -217,3 +219,43 @@ def test_model_card_oov_pointer_row_is_its_files():
              f"{record['test']['ppl']:.2f}", f"{record['unk_rate']['test']:.2%}", *batch_1,
              f"{upp['upp']['ppl']:.2f}"]  # fmt: skip
     assert cells in rows(read("model_card.md"), f"`{folder}`")
+
+
+def test_readme_int8_cost_is_the_onnx_benchmark_file():
+    """The README's int8 cost is the WikiText-2 row of benchmarks/results_onnx_cpu.md (int8 / PyTorch test perplexity),
+    and it points to BENCHMARKS.md, which shows that file's table."""
+    row = rows(read("benchmarks/results_onnx_cpu.md"), "wt2-pointer-sentinel-lstm-2x200")[0]
+    torch_ppl, _, int8_ppl = map(float, row[3].split(" / "))
+    words = " ".join(read("README.md").split())
+    cost = f"{int8_ppl / torch_ppl - 1:+.2%}"
+    assert f"int8 costs {cost} test perplexity on the WikiText-2 model ([BENCHMARKS.md]" in words
+    assert "Source: `benchmarks/results_onnx_cpu.md`" in read("BENCHMARKS.md")
+
+
+def test_readme_repository_names_every_example_and_every_shipped_model():
+    """The Repository section's `examples/` row names each script in examples/, and the count of shipped models is
+    the count of pretrained/'s folders."""
+    readme = read("README.md")
+    row = next(line for line in readme.splitlines() if line.startswith("| `examples/` |"))
+    scripts = sorted(f.name for f in (ROOT / "examples").glob("*.py"))
+    assert [f for f in scripts if f"`{f}`" not in row] == []
+    folders = [f for f in (ROOT / "pretrained").iterdir() if (f / "config.json").is_file()]
+    count = {4: "four", 5: "five", 6: "six", 7: "seven"}[len(folders)]
+    assert f"A clone holds the code, the {count} shipped models," in readme
+
+
+def test_readme_open_vocabulary_states_the_shipped_slot_limit():
+    """The Open vocabulary paragraph's placeholder range and limit are the shipped folders' `oov_slots`."""
+    slots = {json.loads((f / "config.json").read_text())["oov_slots"] for f in (ROOT / "pretrained").iterdir()}
+    assert len(slots) == 1
+    n = slots.pop()
+    words = " ".join(read("README.md").split())
+    assert f"placeholder id V..V+{n - 1} (`config.oov_slots`, {n}; past {n} distinct ones in one text the rest " \
+           "read as `<unk>`, with a warning)" in words  # fmt: skip
+
+
+def test_readme_onnx_prompt_starts_a_line():
+    """The README advises starting a prompt with a line break; onnx_generate.py reads --prompt as given (no escapes),
+    so its command passes a real one (bash's $'\\n...')."""
+    commands = [line for line in read("README.md").splitlines() if line.startswith("python examples/onnx_generate.py")]
+    assert commands and all("--prompt $'\\n" in c for c in commands), commands

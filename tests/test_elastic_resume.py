@@ -87,8 +87,8 @@ def test_a_resume_that_would_cut_other_streams_is_one_error_line(corpus, tmp_pat
 
     manifest = json.loads((saved / "checkpoint.json").read_text())
     del manifest["layout"]  # as written before layouts were recorded, by two ranks
-    shutil.copy(saved / "stream_state_0.pt", saved / "stream_state_1.pt")
-    manifest["files"]["stream_state_1.pt"] = manifest["files"]["stream_state_0.pt"]
+    shutil.copy(saved / "stream_state_0.safetensors", saved / "stream_state_1.safetensors")
+    manifest["files"]["stream_state_1.safetensors"] = manifest["files"]["stream_state_0.safetensors"]
     (saved / "checkpoint.json").write_text(json.dumps(manifest))
     line = refused()
     assert "was saved by 2 process(es) and records no stream layout: resume it on 2" in line, line

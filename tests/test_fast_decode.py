@@ -7,7 +7,8 @@ from conftest import tiny_model
 from transformers.generation.streamers import BaseStreamer
 
 from modeling_pointer_sentinel import PointerSentinelCache
-from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, decode_step, write_back
+from modeling_pointer_sentinel.generation_pointer_sentinel import decode_state, write_back
+from modeling_pointer_sentinel.modeling_pointer_sentinel import decode_step
 
 VARIANTS = {
     "sentinel": {},
@@ -104,6 +105,20 @@ def test_eos_rows_continue_with_padding_and_generation_stops():
     absent = next(t for t in range(m.config.vocab_size) if t not in free.tolist()[0] + free.tolist()[1])
     either = run(m, "fast", eos_token_id=[absent, eos])  # any of several ids ends a row
     assert torch.equal(either.sequences, fast.sequences)
+
+
+def test_the_sequence_buffer_grows_past_its_first_block():
+    """The sequences' buffer starts 1,024 tokens past the prompt and doubles when full: the same run as forward's."""
+    m = model("sentinel")
+    kw = dict(max_new_tokens=1100, do_sample=True)
+    assert_same(run(m, "fast", **kw), run(m, "forward", **kw))
+
+
+def test_a_huge_max_new_tokens_holds_memory_only_for_the_tokens_made():
+    """max_new_tokens=10**12 once asked for an 8 TB buffer up front; now the run goes until another criterion stops
+    it."""
+    out = run(model("sentinel"), "fast", max_new_tokens=10**12, max_time=0.5, return_dict_in_generate=False)
+    assert 7 < out.shape[1] < 10**6
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

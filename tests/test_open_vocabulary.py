@@ -8,6 +8,8 @@ import math
 import pytest
 import torch
 from conftest import oov_heads_counting, tiny_model
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from reference import reference_batch
 from test_fast_decode import DECODING, assert_same, run, steps_against_forward
 
@@ -212,26 +214,235 @@ def test_ids_beyond_the_placeholders_and_a_missing_unk_are_clear_errors():
             PointerSentinelConfig(vocab_size=23, oov_pointer=True, **closed)
 
 
-def test_simulated_unseen_words_are_consistent_per_block_and_never_share_a_slot_across_one():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.multinomial(1 / torch.arange(1, 41).double(), 3000, replacement=True, generator=g)  # Zipf-like, V=40
-    counts = torch.bincount(ids, minlength=40)
-    out = simulate_unseen_words(ids, 40, 8, rate=0.5, max_count=60, block=200, seed=1)
-    assert torch.equal(simulate_unseen_words(ids, 40, 8, rate=0.0, max_count=60, block=200), ids)
-    assert torch.equal(out, simulate_unseen_words(ids, 40, 8, rate=0.5, max_count=60, block=200, seed=1))
+def simulate_reference(ids, vocab_size, oov_slots, rate, max_count, block, seed=0, window=None):
+    """simulate_unseen_words as a plain loop: each block's words drawn as the library draws them (one uniform per
+    distinct qualifying word, in first-occurrence order), then slots token by token: a word keeps the slot it owns,
+    else takes the free slot (no use within the last window - 1 positions) used longest ago, never-used first by
+    number, else stays itself."""
+    window = block if window is None else window
+    counts, seq = torch.bincount(ids, minlength=vocab_size).tolist(), ids.tolist()
+    g, chosen = torch.Generator().manual_seed(seed), []
+    for s in range(0, len(seq), block):
+        part, words = seq[s : s + block], []
+        for w in part:
+            if counts[w] <= max_count and w not in words:
+                words.append(w)
+        pick = {w for w, r in zip(words, torch.rand(len(words), generator=g).tolist(), strict=True) if r < rate}
+        chosen += [w in pick for w in part]
+    owner, last, out = [None] * oov_slots, [None] * oov_slots, list(seq)
+    for t, w in enumerate(seq):
+        if not chosen[t]:
+            continue
+        if w in owner:
+            k = owner.index(w)
+        else:
+            free = [k for k in range(oov_slots) if last[k] is None or t - last[k] >= window]
+            if not free:
+                continue
+            k = min(free, key=lambda k: (-1 if last[k] is None else last[k], k))
+            owner[k] = w
+        last[k], out[t] = t, vocab_size + k
+    return torch.tensor(out)
+
+
+def zipf_ids(n, vocab_size, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.multinomial(1 / torch.arange(1, vocab_size + 1).double(), n, replacement=True, generator=g)
+
+
+def window_clashes(ids, out, vocab_size, window):
+    """Windows (every `window` consecutive positions) holding a word under two slots or a slot for two words."""
+    bad = 0
+    for s in range(max(len(ids) - window + 1, 1)):
+        pairs = {(int(a), int(b)) for a, b in zip(ids[s : s + window], out[s : s + window], strict=True)
+                 if b >= vocab_size}  # fmt: skip
+        bad += not len({a for a, _ in pairs}) == len(pairs) == len({b for _, b in pairs})
+    return bad
+
+
+@pytest.mark.parametrize(
+    "slots, window, block, rate, max_count",
+    [(8, 5, 20, 0.5, 60), (4, 10, 10, 1.0, 200), (64, 16, 50, 0.3, 100), (3, 2, 7, 0.8, 3000)],
+)
+def test_simulated_unseen_words_match_the_loop_reference(slots, window, block, rate, max_count):
+    ids = zipf_ids(3000, 40)
+    out = simulate_unseen_words(ids, 40, slots, rate, max_count, block, seed=1, window=window)
+    assert torch.equal(out, simulate_reference(ids, 40, slots, rate, max_count, block, seed=1, window=window))
+    assert torch.equal(out, simulate_unseen_words(ids, 40, slots, rate, max_count, block, seed=1, window=window))
+    assert torch.equal(simulate_unseen_words(ids, 40, slots, 0.0, max_count, block, window=window), ids)
     changed = out != ids
-    assert changed.any() and (counts[ids[changed]] <= 60).all()  # only rare words play unseen ones
-    assert ((out[changed] >= 40) & (out[changed] < 48)).all() and (out[~changed] < 40).all()
-    previous = set()
-    for s in range(0, 3000, 200):
-        a, b = ids[s : s + 200], out[s : s + 200]
-        pairs = {(int(x), int(y)) for x, y in zip(a, b, strict=True) if y >= 40}
-        assert len({x for x, _ in pairs}) == len(pairs) == len({y for _, y in pairs})  # one slot per word and block
-        for word, _ in pairs:  # every occurrence of a chosen word in its block, none left as itself
-            assert not (b[a == word] < 40).any()
-        slots = {y for _, y in pairs}
-        assert not slots & previous  # a window over the boundary never holds one slot for two words
-        previous = slots
+    assert changed.any() and (torch.bincount(ids)[ids[changed]] <= max_count).all()  # only rare words play unseen
+    assert ((out[changed] >= 40) & (out[changed] < 40 + slots)).all() and (out[~changed] < 40).all()
+    assert window_clashes(ids, out, 40, window) == 0
+    # without a window, the block is the window (the safe side)
+    assert torch.equal(simulate_unseen_words(ids, 40, slots, rate, max_count, block, seed=1),
+                       simulate_reference(ids, 40, slots, rate, max_count, block, seed=1))  # fmt: skip
+
+
+def test_simulated_unseen_words_meet_the_rate_at_every_block_position():
+    """The rate is the share of qualifying tokens renamed, at the start of a block as at its end: no cap in
+    first-occurrence order (the old one of oov_slots // 2 words a block renamed 60% at its start, 18% at its end)."""
+    ids = zipf_ids(200_000, 3000, seed=2)
+    qualifying = torch.bincount(ids)[ids] <= 200
+    assert 0.3 < qualifying.double().mean() < 0.7
+    where = torch.arange(ids.numel()) % 1000
+    for rate in (1.0, 0.5):
+        renamed = simulate_unseen_words(ids, 3000, 256, rate, 200, 1000, seed=3, window=100) >= 3000
+        assert not (renamed & ~qualifying).any()
+        if rate == 1:  # oov_slots >= window: a slot is always free, every qualifying token is renamed
+            assert torch.equal(renamed, qualifying)
+        shares = [renamed[qualifying & (where // 250 == q)].double().mean().item() for q in range(4)]
+        assert all(abs(r - rate) < 0.03 for r in shares), shares
+
+
+def test_simulated_unseen_words_keep_a_slot_across_a_block_boundary():
+    # word 5 (ids 0, 3 | 4) in both blocks of 4 keeps slot 0; 6 takes the free slot 1; 1 is too frequent to play one
+    ids = torch.tensor([5, 1, 1, 5, 5, 6, 1, 6, 1])
+    out = simulate_unseen_words(ids, 10, 2, 1.0, max_count=3, block=4, window=3)
+    assert out.tolist() == [10, 1, 1, 10, 10, 11, 1, 11, 1]
+    # a slot whose word left the window passes to a new word (c takes a's slot 0; a comes back to b's slot 1) ...
+    a, b, c = 7, 8, 9
+    ids = torch.tensor([a, b, c, a])
+    assert simulate_unseen_words(ids, 10, 2, 1.0, 5, 4, window=2).tolist() == [10, 11, 10, 11]
+    # ... and while every slot is in a window with it, a new word stays itself (c), never sharing a slot
+    assert simulate_unseen_words(ids, 10, 2, 1.0, 5, 4, window=3).tolist() == [10, 11, c, 10]
+
+
+def test_simulated_unseen_words_refuse_a_block_shorter_than_the_pointer_window():
+    ids = zipf_ids(500, 40)
+    with pytest.raises(ValueError, match=r"^unseen_word_block \(50\) must be at least the pointer window \(100 "):
+        simulate_unseen_words(ids, 40, 256, 1.0, 1000, block=50, window=100)
+    simulate_unseen_words(ids, 40, 256, 1.0, 1000, block=100, window=100)  # equal is fine
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 11), min_size=1, max_size=200),
+    slots=st.integers(2, 12),
+    window=st.integers(1, 15),
+    extra=st.integers(0, 30),
+    rate=st.sampled_from([0.0, 0.3, 1.0]),
+    max_count=st.integers(0, 60),
+    seed=st.integers(0, 3),
+)
+def test_simulated_unseen_words_never_clash_in_a_window(ids, slots, window, extra, rate, max_count, seed):
+    ids = torch.tensor(ids)
+    out = simulate_unseen_words(ids, 12, slots, rate, max_count, window + extra, seed, window=window)
+    assert window_clashes(ids, out, 12, window) == 0
+    qualifying = torch.bincount(ids, minlength=12)[ids] <= max_count
+    assert not ((out >= 12) & ~qualifying).any() and torch.equal(out[out < 12], ids[out < 12])
+    if rate == 1 and slots >= window:
+        assert torch.equal(out >= 12, qualifying)
+
+
+def test_unseen_word_simulation_measures_windows_as_a_scan_does():
+    """examples/unseen_word_simulation.py: its window figures against a plain scan of every window, on the old
+    simulation (which clashes across block boundaries) and the new one (which does not)."""
+    import numpy as np
+
+    sim = example("unseen_word_simulation")
+    ids = zipf_ids(3000, 40)
+    for out in (sim.before(ids, 40, 8, 1.0, 60, 50), simulate_unseen_words(ids, 40, 8, 0.7, 60, 50, window=5)):
+        stats = sim.unseen_word_stats(ids.numpy(), out.numpy(), 40, 60, 50, 5)
+        two_slots = two_words = mixed = 0
+        for s in range(3000 - 5 + 1):
+            a, b = ids[s : s + 5].tolist(), out[s : s + 5].tolist()
+            slots_of, words_of, kinds = {}, {}, {}
+            for x, y in zip(a, b, strict=True):
+                if y >= 40:
+                    slots_of.setdefault(x, set()).add(y)
+                    words_of.setdefault(y, set()).add(x)
+                if torch.bincount(ids)[x] <= 60:
+                    kinds.setdefault(x, set()).add(y >= 40)
+            two_slots += any(len(v) > 1 for v in slots_of.values())
+            two_words += any(len(v) > 1 for v in words_of.values())
+            mixed += any(len(v) > 1 for v in kinds.values())
+        n = 3000 - 5 + 1
+        assert np.isclose(stats["windows_with_word_under_two_slots"]["all"], two_slots / n)
+        assert np.isclose(stats["windows_with_slot_for_two_words"]["all"], two_words / n)
+        assert np.isclose(stats["windows_with_word_as_itself_and_placeholder"]["all"], mixed / n)
+    assert stats["windows_with_word_under_two_slots"]["all"] == stats["windows_with_slot_for_two_words"]["all"] == 0
+    # one pair, positions 3 and 5: of the windows of 4 (starts 0..8), those starting at 2 and 3 hold both
+    assert sim.bad_windows(12, 4, np.array([3]), np.array([5])).tolist() == [s in (2, 3) for s in range(9)]
+
+
+def example(name):
+    """An examples/ script as a module."""
+    import importlib
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    return importlib.import_module(name)
+
+
+def test_renamed_names_reads_the_split_asked_for():
+    rn = example("renamed_names")
+    valid, test = rn.documents("wt2", "validation"), rn.documents("wt2", "test")
+    assert (len(valid), len(test)) == (60, 62)
+    assert valid[0].split("\n")[1] == " = Homarus gammarus = " and test[0].split("\n")[1] == " = Robert <unk> = "
+    assert rn.parser().parse_args(["folder"]).split == "validation"  # where choices are made
+
+
+def ptb_files(d):
+    """A small PTB-like folder: training counts make `kappa` rare (3) and `zeta` frequent (200); the test split is 120
+    lines, segments of 100 and 20: kappa three times in the first (lines 0, 1, 60), once in the second."""
+    (d / "ptb.train.txt").write_text(" zeta the a b\n" * 200 + " kappa b\n" * 3 + " sigma the\n" * 50)
+    lines = [" the a b the a"] * 120
+    for i, line in ((0, " the kappa zeta a"), (1, " kappa zeta the"), (60, " a kappa b zeta"), (110, " kappa the")):
+        lines[i] = line
+    lines[2] = " <unk> N the <unk> N"  # <unk> and N recur but are never names
+    (d / "ptb.test.txt").write_text("\n".join(lines) + "\n")
+    (d / "ptb.valid.txt").write_text(" the a\n" * 5)
+    return d
+
+
+def test_renamed_names_ptb_renames_recurring_rare_words_within_segments(tmp_path):
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+
+    rn = example("renamed_names")
+    d = ptb_files(tmp_path)
+    docs = rn.documents("ptb", "test", str(d))
+    assert [doc.count("\n") for doc in docs] == [100, 20]
+    lines = (d / "ptb.train.txt").read_text().splitlines() + ["<unk> N"]
+    tok = open_vocabulary(build_word_level_tokenizer(lines), oov_slots=8)
+    vocab = tok.backend_tokenizer.get_vocab()
+    counts = rn.training_counts(str(d))
+    assert counts["kappa"] == 3 and counts["zeta"] == 200
+    first, second = (tok.backend_tokenizer.encode(doc, add_special_tokens=False).ids for doc in docs)
+    assert rn.rare_words(first, vocab, counts) == [vocab["kappa"]]  # not zeta (frequent), <unk>, N, the, a, b
+    assert rn.rare_words(second, vocab, counts) == []  # kappa once in the segment
+    assert rn.rare_words(first, vocab, counts, max_count=200) == [vocab[w] for w in ("kappa", "zeta", "a")]
+    words = rn.made_up_words(8, vocab)
+    assert words == rn.made_up_words(8, vocab) and len(set(words)) == 8
+    assert all(w.isalpha() and w.islower() and w not in vocab for w in words)
+    ids = tok(" ".join(words))["input_ids"]
+    assert sorted(set(ids)) == list(range(len(vocab) - 8, len(vocab)))  # the tokenizer gives each one a placeholder
+    # end to end on a tiny pointer model: kappa's later occurrences in the first segment, the next line's in the window
+    folder = tmp_path / "model"
+    tiny_model(vocab_size=len(vocab) - 8, oov_slots=8, unk_token_id=tok.unk_token_id, pointer_window=10,
+               eos_token_id=tok.convert_tokens_to_ids("<eos>")).save_pretrained(folder)  # fmt: skip
+    tok.save_pretrained(folder)
+    threads = torch.get_num_threads()
+    (r,) = rn.main([str(folder), "--dataset", "ptb", "--data", str(d), "--split", "test", "--output",
+                    str(tmp_path / "out.json"), "--num_threads", str(threads)])  # fmt: skip
+    assert torch.is_grad_enabled() and torch.get_num_threads() == threads  # the test process as it was
+    assert (r["dataset"], r["split"], r["cases"], r["in_window"]) == ("ptb", "test", 2, 1)
+    assert json.loads((tmp_path / "out.json").read_text()) == [r]
+
+
+def test_renamed_names_command_line_mistakes(tmp_path, capsys):
+    rn = example("renamed_names")
+    for argv, message in (
+        (["--dataset", "ptb"], "--dataset ptb needs --data DIR"),
+        (["--dataset", "ptb", "--data", str(tmp_path)], "no ptb.train.txt there"),
+        (["--data", str(tmp_path)], "--data is for --dataset ptb"),
+        (["--split", "train"], "invalid choice: 'train'"),
+    ):
+        with pytest.raises(SystemExit):
+            rn.main([str(tmp_path), *argv])
+        assert message in capsys.readouterr().err
 
 
 def fine_tuning_folders(tmp_path, closed: bool = True):

@@ -1,17 +1,22 @@
-"""Generation for the Pointer Sentinel-LSTM: what `generate` runs after the prompt.
+"""Generation for the Pointer Sentinel-LSTM: the recurrent cache and what `generate` runs after the prompt.
 
-The fast decode step (`decode_step`: forward's arithmetic at T = 1 on packed weights and a ring window), the token
-masks and stops it applies in place of transformers' per-step lists, the stash and logits processor that mix the
-pointer into the scores, and `PointerSentinelGenerationMixin`, which holds every override of transformers' private
-generate hooks (`_sample`, `_prepare_cache_for_generation`, `_get_logits_processor`,
-`_supports_default_dynamic_cache`; `_sample` calls `_prefill` and `_update_model_kwargs_for_generation`).
-tests/test_hf_integration.py checks each hook's signature against the installed transformers.
+The floor below the model, as transformers' `cache_utils` and `generation` are: the modeling file imports this
+module, never the other way round. It holds the recurrent cache (forward's too) and the decode step's ring state
+(`DecodeState`), the token masks and stops the step's loop applies in place of transformers' per-step lists, the
+stash and logits processor that mix the pointer into the scores, and `PointerSentinelGenerationMixin`, which holds
+every override of transformers' private generate hooks (`_sample`, `_prepare_cache_for_generation`,
+`_get_logits_processor`, `_supports_default_dynamic_cache`; `_sample` calls `_prefill` and
+`_update_model_kwargs_for_generation`). tests/test_hf_integration.py checks each hook's signature against the
+installed transformers.
 
-The equations are the modeling file's; it imports this module for the mixin, so this one imports it inside functions.
+No equation lives here: the mixin and the processor reach the model's maths through the model they serve, as
+transformers' generate reaches its forward. The model provides `_packed_weights` and `_decode_step` (the fast decode
+step, `decode_step`: forward's arithmetic at T = 1, beside forward in the modeling file) and `_mix_stashed` (the
+mixture (2.4) at the position forward stashed).
 """
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -23,10 +28,6 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-if TYPE_CHECKING:
-    from .modeling_pointer_sentinel import PointerSentinelForCausalLM
-
 
 # ---- The recurrent cache (forward's too) ----------------------------------------------------------------------------
 
@@ -100,31 +101,6 @@ class PointerSentinelCache:
         vars(self).update(state)
 
 
-class PackedWeights(NamedTuple):
-    """The weights as the decode step reads them. Input dimension first (`input_first`): a (1, in) @ (in, out)
-    product streams the matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out,
-    in) layout. An exported graph keeps (out, in): its runtime lays weights out itself, and a tied embedding then
-    stays one tensor in the file."""
-
-    embedding: torch.Tensor  # (V, E), the model's own
-    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
-    query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
-    oov_query: tuple[torch.Tensor, torch.Tensor] | None  # W~ (D, D), b~ (`config.oov_pointer`)
-    oov_context: tuple[torch.Tensor, torch.Tensor] | None  # W^ (D, D), b^ (`config.oov_pointer`)
-    output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
-    adaptive: "PackedAdaptiveSoftmax | None"  # the adaptive softmax's matrices, input first only
-    input_first: bool  # the matrices above transposed, (in, out)
-
-
-class PackedAdaptiveSoftmax(NamedTuple):
-    """The adaptive softmax's matrices for the decode step: its head matrix (frequent words' rows, then the
-    clusters'), and each tail's P_i and W_i, transposed (in, out); the biases are the module's own."""
-
-    head: torch.Tensor
-    tail_proj: list[torch.Tensor]
-    tail_weight: list[torch.Tensor]
-
-
 class DecodeState(NamedTuple):
     """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
     (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write;
@@ -141,78 +117,6 @@ class DecodeState(NamedTuple):
     context: torch.Tensor | None = None  # (B, L, D)
     used: torch.Tensor | None = None  # (B,) long
     unk_count: torch.Tensor | None = None  # (B,) long
-
-
-def pack_weights(model: "PointerSentinelForCausalLM", input_first: bool = True) -> PackedWeights:
-    from .modeling_pointer_sentinel import AdaptiveSoftmax
-
-    def t(w):  # (out, in): the parameter itself, so an exporter sees tied weights as one tensor
-        return w.detach().t().contiguous() if input_first else w
-
-    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1).detach()), (layer.bias_ih + layer.bias_hh).detach())
-            for layer in model.model.layers]  # fmt: skip
-    head = model.pointer
-    query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
-    oov = query and head.oov_query
-    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if oov else None
-    oov_context = (t(head.oov_context.weight), head.oov_context.bias.detach()) if oov else None
-    lm_head = model.lm_head
-    adaptive = isinstance(lm_head, AdaptiveSoftmax)
-    output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
-    packed = None
-    if adaptive and input_first:
-        packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
-                                       [t(w) for w in lm_head.tail_weight])  # fmt: skip
-    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
-                         input_first)  # fmt: skip
-
-
-def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
-    """One token per row, ids (B,) -> (log p_mix (B, V + oov_slots), the vocabulary logits (B, V)): forward's
-    arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
-    vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
-    from forward."""
-    from .modeling_pointer_sentinel import Placeholders, _linear, _upcast, embed, lstm_cell, pointer_mixture, zoneout
-
-    places = Placeholders.of(model.config)
-    if places is not None:  # the row's history, as forward's `_placeholders` carries it
-        used, unk_count = places.history(ids.unsqueeze(1), torch.ones_like(ids, dtype=torch.bool).unsqueeze(1),
-                                         state.used, state.unk_count)  # fmt: skip
-        state.used.copy_(used[:, 0])
-        state.unk_count.copy_(unk_count[:, 0])
-        places = places._replace(used=state.used, unk_count=state.unk_count)
-    x = embed(ids, w.embedding, places, model.model.oov_embedding)
-    p = model.config.zoneout
-    for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
-        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
-        if p > 0:  # zoneout at evaluation: the expectation
-            h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
-        h.copy_(h_new)
-        c.copy_(c_new)
-        x = h_new
-    vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
-    if state.keys is None:
-        return vocab, vocab
-    if state.context is not None:  # c_i of the new key: the key before it, the newest in the ring
-        newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)
-        state.context.index_copy_(1, state.slot, state.keys.index_select(1, newest))
-    state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
-    state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
-    state.valid.index_fill_(1, state.slot, True)
-    state.slot.add_(1).remainder_(state.keys.shape[1])
-    if not mix:
-        return vocab, vocab
-    q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
-    z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
-    if w.oov_query is not None:  # `config.oov_pointer`: placeholders' own query and repeat odds
-        q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
-        q_context = _linear(x, *w.oov_context, w.input_first)
-        z_oov = (state.keys * q_oov.unsqueeze(1)).sum(-1) + (state.context * q_context.unsqueeze(1)).sum(-1)
-        z = torch.where(state.ids >= places.first, z_oov, z)
-        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
-    log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
-    vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
-    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
 
 
 def decode_state(cache: PointerSentinelCache) -> DecodeState:
@@ -340,36 +244,34 @@ class PointerStash:
 
 class PointerSentinelLogitsProcessor(LogitsProcessor):
     """Mixes the pointer's mass over the current window into the vocabulary scores (§2.6: at prediction time at
-    most L word probabilities are mixed). Returns log p_mix, so warpers that follow act on the mixture. The model
-    puts it first in generate's processor list; pass `pointer_mix=False` to `generate` to skip it."""
+    most L word probabilities are mixed), by the model's own mixture (`_mix_stashed`; it holds the model, as
+    transformers' classifier-free guidance processor does). Returns log p_mix, so warpers that follow act on the
+    mixture. The model puts it first in generate's processor list; pass `pointer_mix=False` to `generate` to skip it."""
 
-    def __init__(self, stash: PointerStash):
-        self.stash = stash
+    def __init__(self, stash: PointerStash, model):
+        self.stash, self.model = stash, model
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        from .modeling_pointer_sentinel import _upcast, pointer_mixture
-
-        s = self.stash
-        if s.log_gate is None:
+        if self.stash.log_gate is None:
             raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
-        log_probs = torch.log_softmax(_upcast(scores), -1)
-        mixed = pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
-        return suppress_new_slot(mixed, s.placeholders) if s.suppress_new_slot else mixed
+        mixed, places = self.model._mix_stashed(scores, self.stash), self.stash.placeholders
+        return suppress_new_slot(mixed, places.first, places.n, places.used) if self.stash.suppress_new_slot else mixed
 
 
-def suppress_new_slot(scores: torch.Tensor, places) -> torch.Tensor:
-    """-inf, in place, on each row's next unused slot V + k (k < N): a new word, which has no spelling to write, as
-    `<unk>` has none. scores (B, V + N); places carries k (B,)."""
-    if places is None or places.used is None:
+def suppress_new_slot(scores: torch.Tensor, first: int, n: int, used: torch.Tensor | None) -> torch.Tensor:
+    """-inf, in place, on each row's next unused slot first + k (k = used < n): a new word, which has no spelling to
+    write, as `<unk>` has none. scores (B, first + n), used (B,)."""
+    if used is None:
         return scores
-    k = places.used.unsqueeze(-1)
-    column = (places.first + k).clamp(max=scores.shape[-1] - 1)
-    return scores.scatter_(-1, column, torch.where(k < places.n, -torch.inf, scores.gather(-1, column)))
+    k = used.unsqueeze(-1)
+    column = (first + k).clamp(max=scores.shape[-1] - 1)
+    return scores.scatter_(-1, column, torch.where(k < n, -torch.inf, scores.gather(-1, column)))
 
 
 class PointerSentinelGenerationMixin(GenerationMixin):
     """`generate` for `PointerSentinelForCausalLM`: greedy search and sampling on the fast decode step, the pointer
-    mixed first among the logits processors, and the model's own recurrent cache."""
+    mixed first among the logits processors, and the model's own recurrent cache. The step itself is the model's
+    (`_packed_weights`, `_decode_step`), as forward is."""
 
     def generate(self, *args, pointer_mix: bool | None = None, decode_step: str = "fast", **kwargs):
         r"""
@@ -405,8 +307,6 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         """Greedy search and sampling. After the prompt (transformers' prefill), each token is one `decode_step`
         instead of a forward call; token selection, processors, stopping criteria, streamer and outputs are those
         of transformers' `_sample`. Falls back to it where the step does not apply."""
-        from .modeling_pointer_sentinel import Placeholders
-
         stash = model_kwargs.get("pointer_stash") or PointerStash()
         if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
                 or model_kwargs.get("past_key_values") is None):  # fmt: skip
@@ -415,10 +315,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         outputs = self._prefill(input_ids, generation_config, model_kwargs)
         model_kwargs = self._update_model_kwargs_for_generation(outputs, model_kwargs)
         cache = model_kwargs["past_key_values"]
-        weights, state = self._packed_weights(), decode_state(cache)
-        step = self._compiled_decode_step() if stash.decode_step == "compiled" else decode_step
+        weights, state, compiled = self._packed_weights(), decode_state(cache), stash.decode_step == "compiled"
         mix = stash.mix and self.pointer is not None
-        new_slot = Placeholders.of(self.config) if mix and stash.suppress_new_slot else None
         # The prompt's last position comes from forward, which leaves the mixing to the pointer's processor.
         later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))
         logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
@@ -433,8 +331,10 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         B, n = input_ids.shape
         unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
         one_row = B == 1 and stop.usual  # a single row's stop is a Python test on its token
-        # The sequences grow in place in one buffer (a cat per token copies them all); processors see views.
-        buffer = input_ids.new_empty(B, max(generation_config.max_length, n + 1))  # max length stops it there
+        # The sequences grow in place in one buffer (a cat per token copies them all); processors see views. It
+        # doubles when full, up to max length: a max_new_tokens of 10**12 holds no memory for tokens not yet made.
+        total = max(generation_config.max_length, n + 1)  # max length stops it there
+        buffer = input_ids.new_empty(B, min(total, n + 1024))
         buffer[:, :n] = input_ids
         steps = 0
         while True:
@@ -449,6 +349,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 tokens = torch.argmax(next_scores, -1)
             if has_eos and B > 1:  # finished rows continue with padding (a single row stops when it finishes)
                 tokens = torch.where(unfinished, tokens, pad)
+            if n == buffer.shape[1]:
+                buffer = torch.cat([buffer, buffer.new_empty(B, min(n, total - n))], 1)
             buffer.select(1, n).copy_(tokens)
             n += 1
             input_ids = buffer.narrow(1, 0, n)
@@ -461,9 +363,9 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 streamer.put(tokens.cpu())
             if done:
                 break
-            log_p, vocab = step(self, weights, state, tokens, mix)  # generate runs under no_grad
-            if new_slot is not None:
-                log_p = suppress_new_slot(log_p, new_slot._replace(used=state.used))
+            log_p, vocab = self._decode_step(weights, state, tokens, mix, compiled)  # generate runs under no_grad
+            if mix and stash.suppress_new_slot:
+                log_p = suppress_new_slot(log_p, self.config.vocab_size, self.config.oov_slots, state.used)
             steps += 1
             logits = vocab.float()
             # later masks in place, so it gets scores of its own, never the logits kept for output_logits
@@ -488,21 +390,6 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         finally:
             config.vocab_size = vocab_size
 
-    def _packed_weights(self) -> "PackedWeights":
-        """`pack_weights`, kept while the parameters are unchanged (same tensors, dtype, device and version)."""
-        key = tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in self.parameters())
-        if getattr(self, "_packed", (None,))[0] != key:
-            self._packed = (key, pack_weights(self))
-        return self._packed[1]
-
-    def _compiled_decode_step(self):
-        """`decode_step` under torch.compile. Compiled code is specialised per model and, from the second batch size
-        on, compiled once for any batch size; without fullgraph, past torch's recompile limit the step runs eagerly
-        (with torch's warning) rather than failing (tests/test_fast_decode.py holds the step to one graph)."""
-        if getattr(self, "_compiled_step", None) is None:
-            self._compiled_step = torch.compile(decode_step)
-        return self._compiled_step
-
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:
         return False  # the model makes its own PointerSentinelCache
@@ -525,19 +412,16 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             stash = model_kwargs.setdefault("pointer_stash", PointerStash())
             stash.suppress_new_slot = self.config.unk_token_id in (generation_config.suppress_tokens or [])
             if stash.mix:
-                processors.insert(0, PointerSentinelLogitsProcessor(stash))
+                processors.insert(0, PointerSentinelLogitsProcessor(stash, self))
         return processors
 
 
 __all__ = [
     "DecodeState",
-    "PackedAdaptiveSoftmax",
-    "PackedWeights",
+    "PointerSentinelCache",
     "PointerSentinelGenerationMixin",
     "PointerSentinelLogitsProcessor",
     "PointerStash",
     "decode_state",
-    "decode_step",
-    "pack_weights",
     "write_back",
 ]

@@ -1,8 +1,9 @@
 """Pointer Sentinel-LSTM (Merity, Xiong, Bradbury & Socher, 2016, "Pointer Sentinel Mixture Models").
 
 The file follows the data: embedding and regularisers, LSTM layer, pointer head and window, mixture and loss, the
-models, then the recurrent cache; what `generate` runs is in generation_pointer_sentinel.py. Equations, by the paper's
-sections:
+models, then generate's decode step (forward's arithmetic at T = 1). The recurrent cache and generate's glue (stash,
+logits processor, token masks, stops, the overrides of its hooks) are generation_pointer_sentinel.py's, which this
+file imports and which imports nothing from it. Equations, by the paper's sections:
 
 §2.1 softmax-RNN.   x_t = E w_t;  (h^l_t, c^l_t) = LSTM_l(h^{l-1}_t, h^l_{t-1}, c^l_{t-1});  h_t = h^N_t
                     p_vocab(w) = softmax(U h_t + b)                                                       (2.1)
@@ -48,12 +49,7 @@ from transformers.modeling_utils import slice_logits_to_keep
 from transformers.utils import ModelOutput
 
 from .configuration_pointer_sentinel import PointerSentinelConfig
-from .generation_pointer_sentinel import (
-    PackedAdaptiveSoftmax,
-    PointerSentinelCache,
-    PointerSentinelGenerationMixin,
-    PointerStash,
-)
+from .generation_pointer_sentinel import DecodeState, PointerSentinelCache, PointerSentinelGenerationMixin, PointerStash
 
 # ---- Regularisers ---------------------------------------------------------------------------------------------------
 
@@ -223,13 +219,6 @@ def _left_fit(t: torch.Tensor, L: int) -> torch.Tensor:
     return torch.cat([t.new_zeros(t.shape[0], L - t.shape[1], *t.shape[2:]), t], 1)
 
 
-def _keep(t: torch.Tensor, order: torch.Tensor | None, L: int) -> torch.Tensor:
-    """The last L positions of t (B, n, *), or the L that `order` (B, L) picks."""
-    if order is None:
-        return t[:, -L:]
-    return t.gather(1, order if t.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, t.shape[-1]))
-
-
 class PointerSentinelHead(nn.Module):
     """Pointer attention over the window and the gate between pointer and vocabulary softmax."""
 
@@ -334,19 +323,19 @@ class AdaptiveSoftmax(nn.Module):
         """The head's matrix (c_0 + n, D): the frequent words' rows, then one row per cluster."""
         return torch.cat([self.weight[: self.cutoffs[0]], self.cluster_weight])
 
-    def head_log_probs(self, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+    def head_log_probs(self, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
         """log p_head (..., c_0 + n): the frequent words, then one entry per cluster."""
         weight = packed.head if packed else self.head_weight()
         return torch.log_softmax(_upcast(_linear(h, weight, self.head_bias, packed is not None)), -1)
 
-    def tail_log_probs(self, i: int, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+    def tail_log_probs(self, i: int, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
         """log p_i (..., c_{i+1} - c_i): cluster i's words given the cluster."""
         source, first = (packed, True) if packed else (self, False)
         projected = _linear(h, source.tail_proj[i], None, first)
         tail = _linear(projected, source.tail_weight[i], self.tail_bias[i], first)
         return torch.log_softmax(_upcast(tail), -1)
 
-    def forward(self, h: torch.Tensor, packed: PackedAdaptiveSoftmax | None = None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, packed: "PackedAdaptiveSoftmax | None" = None) -> torch.Tensor:
         """log p_vocab (..., V); `packed` (2-D h only): the same from the decode step's transposed matrices."""
         head, c0 = self.head_log_probs(h, packed), self.cutoffs[0]
         tails = (head[..., c0 + i, None] + self.tail_log_probs(i, h, packed) for i in range(len(self.tail_proj)))
@@ -872,9 +861,14 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         # Without a mask every new position is real, and empty slots only ever sit in front. With one, a stable sort
         # moves padding in front, real positions keep their order: keep the last L of those.
         order = None if mask is None else torch.sort(key_valid.to(torch.int8), dim=1, stable=True).indices[:, -L:]
-        cache.window_states, cache.window_ids, cache.window_mask = (_keep(t, order, L) for t in (keys, ids, key_valid))
-        cache.window_states = cache.window_states.to(self.dtype)
-        cache.window_context = None if context is None else _keep(context, order, L).to(self.dtype)
+
+        def keep(t):
+            if order is None:
+                return t[:, -L:]
+            return t.gather(1, order if t.dim() == 2 else order.unsqueeze(-1).expand(-1, -1, D))
+
+        cache.window_states, cache.window_ids, cache.window_mask = keep(keys).to(self.dtype), keep(ids), keep(key_valid)
+        cache.window_context = None if context is None else keep(context).to(self.dtype)
         return keys, ids, key_valid, context
 
     def _pointer(self, cache, h, input_ids, mask) -> Pointer:
@@ -976,6 +970,12 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]).exp(), kept[1], places)
         return logits, vocab_logits
 
+    def _mix_stashed(self, scores, s: PointerStash):
+        """(2.4) at the position `_report` stashed for generate: `PointerSentinelLogitsProcessor`'s mixture of the
+        vocabulary scores, normalised once here."""
+        log_probs = torch.log_softmax(_upcast(scores), -1)
+        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1043,7 +1043,123 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         )
         return out if return_dict else out.to_tuple()
 
+    # --- generate's step after the prompt: forward at T = 1 (`decode_step`, below) -------------------------------
+    def _packed_weights(self) -> "PackedWeights":
+        """`pack_weights`, kept while the parameters are unchanged (same tensors, dtype, device and version)."""
+        key = tuple((p.data_ptr(), p.dtype, p.device, p._version) for p in self.parameters())
+        if getattr(self, "_packed", (None,))[0] != key:
+            self._packed = (key, pack_weights(self))
+        return self._packed[1]
 
-__all__ = ["AdaptiveSoftmax", "PointerSentinelCache", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM",
-           "PointerSentinelModel", "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "embedding_dropout",
-           "locked_dropout", "pointer_mixture", "pointer_target_log_prob", "weight_drop", "zoneout"]  # fmt: skip
+    def _decode_step(self, weights: "PackedWeights", state: DecodeState, ids: torch.Tensor, mix: bool, compiled=False):
+        """`decode_step` for generate's loop; `compiled`: under torch.compile. Compiled code is specialised per model
+        and, from the second batch size on, compiled once for any batch size; without fullgraph, past torch's
+        recompile limit the step runs eagerly (with torch's warning) rather than failing (tests/test_fast_decode.py
+        holds the step to one graph)."""
+        if not compiled:
+            return decode_step(self, weights, state, ids, mix)
+        if getattr(self, "_compiled_step", None) is None:
+            self._compiled_step = torch.compile(decode_step)
+        return self._compiled_step(self, weights, state, ids, mix)
+
+
+# ---- Generate's decode step: forward at T = 1 (§2.1-2.4) ------------------------------------------------------------
+
+
+class PackedAdaptiveSoftmax(NamedTuple):
+    """The adaptive softmax's matrices for the decode step: its head matrix (frequent words' rows, then the
+    clusters'), and each tail's P_i and W_i, transposed (in, out); the biases are the module's own."""
+
+    head: torch.Tensor
+    tail_proj: list[torch.Tensor]
+    tail_weight: list[torch.Tensor]
+
+
+class PackedWeights(NamedTuple):
+    """The weights as the decode step reads them. Input dimension first (`input_first`): a (1, in) @ (in, out)
+    product streams the matrix row after row, which on CPU at batch 1 runs several times faster than torch's (out,
+    in) layout. An exported graph keeps (out, in): its runtime lays weights out itself, and a tied embedding then
+    stays one tensor in the file."""
+
+    embedding: torch.Tensor  # (V, E), the model's own
+    lstm: list[tuple[torch.Tensor, torch.Tensor]]  # per layer [W_ih | W_hh] (4H, I + H) and b_ih + b_hh
+    query: tuple[torch.Tensor, torch.Tensor] | None  # W (D, D), b_q
+    oov_query: tuple[torch.Tensor, torch.Tensor] | None  # W~ (D, D), b~ (`config.oov_pointer`)
+    oov_context: tuple[torch.Tensor, torch.Tensor] | None  # W^ (D, D), b^ (`config.oov_pointer`)
+    output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
+    adaptive: PackedAdaptiveSoftmax | None  # the adaptive softmax's matrices, input first only
+    input_first: bool  # the matrices above transposed, (in, out)
+
+
+def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) -> PackedWeights:
+    def t(w):  # (out, in): the parameter itself, so an exporter sees tied weights as one tensor
+        return w.detach().t().contiguous() if input_first else w
+
+    lstm = [(t(torch.cat([layer.weight_ih, layer.weight_hh], 1).detach()), (layer.bias_ih + layer.bias_hh).detach())
+            for layer in model.model.layers]  # fmt: skip
+    head = model.pointer
+    query = (t(head.query.weight), head.query.bias.detach()) if head is not None else None
+    oov = query and head.oov_query
+    oov_query = (t(head.oov_query.weight), head.oov_query.bias.detach()) if oov else None
+    oov_context = (t(head.oov_context.weight), head.oov_context.bias.detach()) if oov else None
+    lm_head = model.lm_head
+    adaptive = isinstance(lm_head, AdaptiveSoftmax)
+    output = None if adaptive else (t(lm_head.weight), lm_head.bias.detach())
+    packed = None
+    if adaptive and input_first:
+        packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
+                                       [t(w) for w in lm_head.tail_weight])  # fmt: skip
+    return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
+                         input_first)  # fmt: skip
+
+
+def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
+    """One token per row, ids (B,) -> (log p_mix (B, V + oov_slots), the vocabulary logits (B, V)): forward's
+    arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
+    vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
+    from forward."""
+    places = Placeholders.of(model.config)
+    if places is not None:  # the row's history, as forward's `_placeholders` carries it
+        used, unk_count = places.history(ids.unsqueeze(1), torch.ones_like(ids, dtype=torch.bool).unsqueeze(1),
+                                         state.used, state.unk_count)  # fmt: skip
+        state.used.copy_(used[:, 0])
+        state.unk_count.copy_(unk_count[:, 0])
+        places = places._replace(used=state.used, unk_count=state.unk_count)
+    x = embed(ids, w.embedding, places, model.model.oov_embedding)
+    p = model.config.zoneout
+    for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
+        h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *layer, w.input_first), c)
+        if p > 0:  # zoneout at evaluation: the expectation
+            h_new, c_new = zoneout(h_new, h, p), zoneout(c_new, c, p)
+        h.copy_(h_new)
+        c.copy_(c_new)
+        x = h_new
+    vocab = _linear(x, *w.output, w.input_first) if w.output is not None else model.lm_head(x, w.adaptive)
+    if state.keys is None:
+        return vocab, vocab
+    if state.context is not None:  # c_i of the new key: the key before it, the newest in the ring
+        newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)
+        state.context.index_copy_(1, state.slot, state.keys.index_select(1, newest))
+    state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
+    state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
+    state.valid.index_fill_(1, state.slot, True)
+    state.slot.add_(1).remainder_(state.keys.shape[1])
+    if not mix:
+        return vocab, vocab
+    q = torch.tanh(_linear(x, *w.query, w.input_first))  # (2.2a)
+    z = (state.keys * q.unsqueeze(1)).sum(-1)  # (2.2b); at batch 32 a quarter of bmm's time, at batch 1 level
+    if w.oov_query is not None:  # `config.oov_pointer`: placeholders' own query and repeat odds
+        q_oov = torch.tanh(_linear(x, *w.oov_query, w.input_first))
+        q_context = _linear(x, *w.oov_context, w.input_first)
+        z_oov = (state.keys * q_oov.unsqueeze(1)).sum(-1) + (state.context * q_context.unsqueeze(1)).sum(-1)
+        z = torch.where(state.ids >= places.first, z_oov, z)
+        places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
+    log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
+    vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
+    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
+
+
+__all__ = ["AdaptiveSoftmax", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM", "PointerSentinelModel",
+           "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "decode_step", "embedding_dropout",
+           "locked_dropout", "pack_weights", "pointer_mixture", "pointer_target_log_prob", "weight_drop",
+           "zoneout"]  # fmt: skip

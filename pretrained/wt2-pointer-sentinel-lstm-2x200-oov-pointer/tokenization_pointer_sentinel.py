@@ -11,12 +11,25 @@ form, the text it was read from (offsets into the input; case as written): a row
 `<oov-0>`, the next `<oov-1>`, a repeat the same slot. A literal `<unk>` stays the `<unk>` id, so text in corpus form
 keeps exactly its ids. Past N distinct words in a row the rest read as `<unk>` (one warning per call).
 
-The table. A row's surface forms (index k is the word of id V+k) live for that row of that call only, in the
-`BatchEncoding` attribute `oov_words`: a list with one table per row (a single text is one row), beside `encodings`.
-An attribute and not a key, because `model(**enc)` and `model.generate(**enc)` pass on every key. Decoding takes the
-table back: `decode(ids, oov_words=enc.oov_words[0])`, `batch_decode(rows, oov_words=enc.oov_words)`; a placeholder
-without a table decodes as its token text. Where only the ids travel (`tok.encode`, a tensor of generated ids), keep
-the encoding's table beside them; the text-generation pipeline of these model folders does so for each prompt.
+The table. A row's surface forms (index k is the word of id V+k) come back in the `BatchEncoding` attribute
+`oov_words`: a list with one table per row (a single text is one row), beside `encodings`. An attribute and not a key,
+because `model(**enc)` and `model.generate(**enc)` pass on every key.
+
+Decoding without a table. Slots are numbered per row (the model's "new word" column is the row's next unused slot), so
+an id alone does not name a word; instead the tokenizer remembers what it encoded. `EncodedRows`, on the instance
+(`tokenizer.encoded_rows`), holds the newest rows of every encoding (the real ids, leading pad/`<eos>` stripped, and
+the table), at most 256 rows and 2**20 ids: when full, the oldest rows go first. `decode`, `batch_decode` and
+`convert_ids_to_tokens` of ids with placeholders and no `oov_words=` look each row up there: the row it begins with
+(generate's output is its prompt, left padding stripped, then the new tokens; one lookup per row of a batch, beam
+search and `num_return_sequences` included), this thread's rows before other threads', then the longest, then the
+newest. Ids that begin with no remembered row (a streamer's new tokens after `skip_prompt=True` or after a line break)
+take the newer of the row this thread's last lookup found and this thread's newest one-text encoding, else the newest
+one-text encoding of any thread (TextIteratorStreamer decodes in generate's thread). A placeholder that the table found
+has no word for (none found, or the model's new word) decodes as its token text. The registry is shared by all threads
+under a lock; a copy or pickle of the tokenizer starts with an empty one. Ids do not tell apart two prompts that differ
+only in their unseen words (`The Quarrington River` and `The Esselbrook River`): decode one's output before encoding
+the other in the same thread, or pass `oov_words=` (`decode(ids, oov_words=enc.oov_words)`, also in a streamer's
+decode kwargs), which always wins. `tokenize` writes a placeholder as its word.
 
 Decoding. `<eos>` is the corpus's line break and decodes to one; `<unk>` is a word and is never dropped, also not by
 `skip_special_tokens=True` (which drops `<eos>` only). Decoded text does not start with a space, and (WikiText rules)
@@ -24,6 +37,12 @@ double quotes close up on the words they enclose: `a " breakout " hit` -> `a "br
 the state of the text before, so it is done here rather than in tokenizer.json. The rest of the text rules
 (`tokenization.py` of the `modeling_pointer_sentinel` package) live in tokenizer.json.
 """
+
+import itertools
+import threading
+from array import array
+from collections import deque
+from dataclasses import dataclass
 
 from tokenizers import AddedToken
 from transformers import TokenizersBackend
@@ -56,6 +75,80 @@ class PlaceholderId(int):
         return int, (int(self),)
 
 
+def _strip(ids, pad: int | None) -> array:
+    """The ids from the first that is not `pad` (left padding, and a prompt's own leading `<eos>`, which is the pad)."""
+    start = 0
+    while start < len(ids) and ids[start] == pad:
+        start += 1
+    return array("q", ids[start:])
+
+
+@dataclass(eq=False)
+class _Row:
+    ids: array  # the real ids, leading pad stripped
+    words: list[str]  # the row's table
+    single: bool  # the only row of its encoding
+    thread: int
+    time: int
+
+
+class EncodedRows:
+    """The rows a tokenizer encoded lately (the module's docstring: "Decoding without a table"): bounded by rows and
+    ids (oldest dropped first), shared by all threads under a lock; a copy or pickle starts empty."""
+
+    def __init__(self, max_rows: int = 256, max_ids: int = 2**20):
+        self.max_rows, self.max_ids = max_rows, max_ids
+        self._rows: deque[_Row] = deque()
+        self._size = 0
+        self._found: dict[int, tuple[int, _Row]] = {}  # thread -> (when, the row its last lookup found)
+        self._clock = itertools.count()
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return type(self), (self.max_rows, self.max_ids)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def add(self, rows: list[tuple[list[int], list[str]]], pad: int | None) -> None:
+        """Remember one encoding's rows: each row's real ids and its table."""
+        thread, single = threading.get_ident(), len(rows) == 1
+        with self._lock:
+            for ids, words in rows:
+                ids = _strip(ids, pad)
+                if ids and len(ids) <= self.max_ids:
+                    self._rows.append(_Row(ids, list(words), single, thread, next(self._clock)))
+                    self._size += len(ids)
+            while len(self._rows) > self.max_rows or self._size > self.max_ids:
+                self._size -= len(self._rows.popleft().ids)
+
+    def words(self, ids: list[int], pad: int | None) -> list[str] | None:
+        """The table of the remembered row `ids` begin with (else the fallback), None where there is none."""
+        q, thread = _strip(ids, pad), threading.get_ident()
+        with self._lock:
+            best, key = None, None
+            for row in self._rows:
+                n = len(row.ids)
+                if n <= len(q) and q[:n] == row.ids and (k := (row.thread == thread, n, row.time)) > (key or ()):
+                    best, key = row, k
+            if best is None:  # no prompt in the ids: the row this thread last found or encoded, else any thread's
+                mine = self._newest_single(thread)
+                own = [f for f in (self._found.get(thread), mine and (mine.time, mine)) if f]
+                best = max(own, key=lambda f: f[0])[1] if own else self._newest_single(None)
+            if best is None:
+                return None
+            self._found[thread] = (next(self._clock), best)
+            if len(self._found) > self.max_rows:  # threads that are gone
+                del self._found[next(iter(self._found))]
+            return best.words
+
+    def _newest_single(self, thread: int | None) -> _Row | None:
+        for row in reversed(self._rows):
+            if row.single and (thread is None or row.thread == thread):
+                return row
+        return None
+
+
 class PointerSentinelTokenizer(TokenizersBackend):
     """Word-level tokenizer whose out-of-vocabulary words keep their identity (see the module's docstring)."""
 
@@ -81,6 +174,7 @@ class PointerSentinelTokenizer(TokenizersBackend):
         self.unk_token = str(unk)
         self.oov_slots = oov_slots
         self.word_vocab_size = backend.get_vocab_size(with_added_tokens=False)
+        self.encoded_rows = EncodedRows()  # what this instance encoded, for decoding without a table
         missing = [placeholder(k) for k in range(oov_slots) if backend.token_to_id(placeholder(k)) is None]
         if missing:
             backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in missing])
@@ -90,7 +184,7 @@ class PointerSentinelTokenizer(TokenizersBackend):
 
     # ---- encoding ----
 
-    def _encode_plus(self, text, text_pair=None, **kwargs):
+    def _encode_plus(self, text, text_pair=None, _remember: bool = True, **kwargs):
         out = super()._encode_plus(text, text_pair, **kwargs)
         words = kwargs.get("is_split_into_words", False)
         batched = isinstance(text, (list, tuple)) and (not words or (text and isinstance(text[0], (list, tuple))))
@@ -98,7 +192,7 @@ class PointerSentinelTokenizer(TokenizersBackend):
             [(t, None) for t in text] if batched else [(text, text_pair)])  # fmt: skip
         rows = out.get("overflow_to_sample_mapping") or range(len(out.encodings))
         V, unk = self.word_vocab_size, self._tokenizer.token_to_id(self.unk_token)
-        tables, new_rows, overflowed = [], [], False
+        tables, new_rows, real, overflowed = [], [], [], False
         for enc, sample in zip(out.encodings, rows, strict=True):
             ids, table, slots = list(enc.ids), [], {}
             for i, (tid, (a, b), seq, word) in enumerate(
@@ -120,6 +214,7 @@ class PointerSentinelTokenizer(TokenizersBackend):
                 ids[i] = PlaceholderId(V + slots[surface], surface)
             tables.append(table)
             new_rows.append(ids)
+            real.append([int(i) for i, m in zip(ids, enc.attention_mask, strict=True) if m])
         if overflowed:
             logger.warning(
                 f"More than oov_slots={self.oov_slots} distinct words outside the vocabulary in a row: the rest read "
@@ -127,32 +222,53 @@ class PointerSentinelTokenizer(TokenizersBackend):
             )
         out["input_ids"] = self._like(out["input_ids"], new_rows)
         out.oov_words = tables
+        if _remember:
+            self.encoded_rows.add(list(zip(real, tables, strict=True)), self.pad_token_id)
         return out
 
     @staticmethod
     def _like(ids, rows: list[list[int]]):
-        """`rows` in the container `ids` came in: a tensor or array (batch axis kept), nested lists, one flat list."""
+        """`rows` in the container `ids` came in: a tensor or array (batch axis kept), nested lists, one flat list
+        (one row; also an empty text's)."""
         if hasattr(ids, "new_tensor"):  # torch
-            return ids.new_tensor([[int(i) for i in row] for row in rows]).reshape(ids.shape)
+            return ids.new_tensor([[int(i) for i in row] for row in rows], dtype=ids.dtype).reshape(ids.shape)
         if hasattr(ids, "dtype") and hasattr(ids, "reshape"):  # numpy
             import numpy as np
 
             return np.asarray([[int(i) for i in row] for row in rows], dtype=ids.dtype).reshape(ids.shape)
-        if ids and not isinstance(ids[0], list):
-            return rows[0]
+        if not ids or not isinstance(ids[0], list):
+            return rows[0] if rows else ids
         return rows
 
     def _convert_id_to_token(self, index: int) -> str | None:
         word = getattr(index, "word", None)
         return word if word is not None else self._tokenizer.id_to_token(int(index))
 
+    def tokenize(self, text, pair=None, add_special_tokens: bool = False, **kwargs) -> list[str]:
+        """The tokens of `text`, a word the vocabulary lacks as itself (its id is a placeholder; not remembered)."""
+        enc = self._encode_plus(text=text, text_pair=pair, add_special_tokens=add_special_tokens, _remember=False,
+                                **kwargs)  # fmt: skip
+        return [getattr(i, "word", t) for i, t in zip(enc["input_ids"], enc.tokens(), strict=True)]
+
     # ---- decoding ----
+
+    def words_for(self, token_ids) -> list[str] | None:
+        """The table of words for one row of ids without one: from what this tokenizer encoded (`encoded_rows`; the
+        module's docstring), None where the ids hold no placeholder or nothing explains them."""
+        ids = [int(i) for i in to_py_obj(token_ids)]
+        V, N = self.word_vocab_size, self.oov_slots
+        if not any(V <= i < V + N for i in ids):
+            return None
+        return self.encoded_rows.words(ids, self.pad_token_id)
 
     def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
         if isinstance(ids, int):
             return self._tokenizer.id_to_token(ids)
+        ids = [int(i) for i in to_py_obj(ids)]
+        words, V = self.words_for(ids) or [], self.word_vocab_size
         skip = self._skipped_ids() if skip_special_tokens else set()
-        return [self._tokenizer.id_to_token(int(i)) for i in ids if int(i) not in skip]
+        return [words[i - V] if 0 <= i - V < len(words) else self._tokenizer.id_to_token(i) for i in ids
+                if i not in skip]  # fmt: skip
 
     def _skipped_ids(self) -> set[int]:
         """The ids `skip_special_tokens=True` drops: the special tokens but `<unk>`, which is a word."""
@@ -160,10 +276,11 @@ class PointerSentinelTokenizer(TokenizersBackend):
 
     def decode(self, token_ids, skip_special_tokens: bool = False, oov_words=None, **kwargs):
         """Text of `token_ids` (one row, or a batch of rows); `oov_words` is the row's table (a batch: one table per
-        row), e.g. `enc.oov_words[0]` (a one-row `enc.oov_words` is taken as that row's table)."""
+        row), e.g. `enc.oov_words[0]` (a one-row `enc.oov_words` is taken as that row's table). Without it, each
+        row's words come from what this tokenizer encoded (`words_for`)."""
         token_ids = to_py_obj(token_ids)
         if isinstance(token_ids, (list, tuple)) and token_ids and isinstance(token_ids[0], (list, tuple)):
-            tables = [None] * len(token_ids) if oov_words is None else list(oov_words)
+            tables = [self.words_for(r) for r in token_ids] if oov_words is None else list(oov_words)
             if len(tables) != len(token_ids):
                 raise ValueError(f"oov_words holds {len(tables)} tables for {len(token_ids)} rows of ids.")
             rows = zip(token_ids, tables, strict=True)
@@ -172,6 +289,8 @@ class PointerSentinelTokenizer(TokenizersBackend):
             if len(oov_words) != 1:
                 raise ValueError(f"oov_words holds {len(oov_words)} tables for one row of ids: pass its own table.")
             oov_words = oov_words[0]
+        if oov_words is None and not isinstance(token_ids, int):
+            oov_words = self.words_for(token_ids)
         return self._decode(token_ids, skip_special_tokens, oov_words=oov_words, **kwargs)
 
     def _decode(self, token_ids, skip_special_tokens: bool = False, clean_up_tokenization_spaces=None,
