@@ -18,8 +18,8 @@ and which take their share of `<unk>`'s vocabulary mass, as in the model's forwa
 V+k, and a used slot out of the window's reach score as forward's logits and loss score them). The batch size is
 dynamic. The exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain
 tensor operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the
-TorchScript exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
-the matrix products and the embedding lookup.
+TorchScript exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized
+per call) of the matrix products and the embedding lookup.
 """
 
 import argparse
