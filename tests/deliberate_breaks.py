@@ -3070,7 +3070,7 @@ MUTS += [  # issue 54 part 0: logits carry the model's own probability of every 
     (
         "logits every target: generate writes the next unused slot (no spelling)",
         GEN,
-        "        return suppress_new_slot(mixed, s.placeholders) if s.suppress_new_slot else mixed",
+        "        return suppress_new_slot(mixed, places.first, places.n, places.used) if self.stash.suppress_new_slot else mixed",
         "        return mixed",
         [f"{LET}::test_generate_never_writes_a_new_slot_which_has_no_spelling"],
     ),
