@@ -99,8 +99,11 @@ def test_generate_never_writes_a_new_slot_which_has_no_spelling():
     """<unk> made the likeliest word: generate suppresses it, and with it each row's next unused slot V + k (the new
     word's other surface), on every decode path; the row's used slots stay open to it."""
     model = tiny_model(oov_slots=N, unk_token_id=UNK, pointer_window=5).eval()
-    with torch.no_grad():
+    with torch.no_grad():  # the sentinel takes g ~ 1 (q = 1, q.s large) and p_vocab(<unk>) ~ 1: P_new ~ 1
         model.lm_head.bias[UNK] = 30.0
+        model.pointer.query.weight.zero_()
+        model.pointer.query.bias.fill_(10.0)
+        model.pointer.sentinel.fill_(10.0)
     model.generation_config.suppress_tokens = [UNK]
     prompt = torch.tensor([[1, 2, 5, 6], [1, 23, 2, 24]])
     for step in ("fast", "forward"):
