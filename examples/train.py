@@ -283,12 +283,13 @@ from modeling_pointer_sentinel.data import (  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
+    PlateauSchedule,
+    TimeLimit,
     activation_penalty,
+    check_fits,
     check_frequency_order,
-    improves,
     is_oov_weight,
     make_segment,
-    nt_asgd_triggered,
     parameter_groups,
     run_segment,
     segment_schedule,
@@ -341,76 +342,11 @@ def build_model(args, tokenizer):
         )
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
-    check_fits(config, args.per_device_train_batch_size, args.optimizer)
+    try:
+        check_fits(config, args.per_device_train_batch_size, args.optimizer)
+    except ValueError as e:  # too large for this device
+        fail(e)
     return PointerSentinelForCausalLM(config)
-
-
-def check_fits(config, streams: int, optimizer: str, available: int | None = None):
-    """Refuse, before anything is allocated, a model whose float32 weights, gradients and optimizer state, with the
-    recurrent state and pointer window of `streams` streams, need more memory than the device has (a lower bound:
-    activations come on top)."""
-    with torch.device("meta"):  # sizes only, no memory
-        params = sum(p.numel() for p in PointerSentinelForCausalLM(config).parameters())
-    copies = {"adamw": 4, "ntasgd": 3, "sgd": 2}[optimizer]  # weights, gradients (+ Adam's two moments / the average)
-    window = streams * config.pointer_window * (4 * config.output_size + 8 + 1)  # states, ids, mask
-    need = 4 * params * copies + window
-    if available is None:
-        if torch.cuda.is_available():
-            available = torch.cuda.mem_get_info()[1]
-        else:
-            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need > available:
-        fail(
-            f"the model needs at least {need / 2**30:,.1f} GiB ({params:,} parameters x {copies} float32 copies with "
-            f"{optimizer}, and a pointer window of {config.pointer_window:,} x {config.output_size} per stream for "
-            f"{streams} streams), more than the {available / 2**30:,.1f} GiB this device has: use a smaller "
-            "hidden_size, pointer_window or batch"
-        )
-
-
-def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
-    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
-    if accelerator.num_processes == 1:
-        return flags
-    from accelerate.utils import broadcast
-
-    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
-
-
-class TimeLimit:
-    """--max_train_minutes: training stops at the first optimizer step that ends past the limit.
-
-    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
-    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
-    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
-    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
-    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
-    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
-    """
-
-    def __init__(self, accelerator, minutes: float | None, clock: str = "wall", earlier: float = 0.0):
-        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
-        self.now = time.perf_counter if clock == "wall" else time.process_time
-        self.start = self.last_log = self.now() - earlier  # `earlier`: seconds trained before a resume
-        self.longest_gap, self.near = 0.0, True
-
-    def elapsed(self) -> float:
-        return self.now() - self.start
-
-    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
-        """Call on every rank after every segment: whether training must stop now."""
-        if self.seconds is None or not (optimizer_step or log_step):
-            return False
-        now = self.now()
-        over = now - self.start > self.seconds
-        if self.accelerator.num_processes == 1:
-            return over
-        if log_step:
-            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
-            near = now - self.start + 2 * self.longest_gap > self.seconds
-            over, self.near = accelerate_broadcast(self.accelerator, over, near)
-            return over
-        return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
 def main(argv=None):
@@ -617,6 +553,9 @@ def main(argv=None):
 
     # ---- training ----
     time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
+    plateau = PlateauSchedule(
+        args.lr_decay, args.patience, args.min_improvement, args.optimizer == "ntasgd", args.nonmono
+    )
 
     def stop_asked() -> bool:
         """At an epoch end that is not training's last: whether SIGUSR1 reached any rank (all ranks call this)."""
@@ -701,31 +640,18 @@ def main(argv=None):
             live = evaluate("validation", live=True)
             both = {"valid_ppl_average": math.exp(val), "valid_ppl_live": math.exp(live)}
             val, source = min((val, source), (live, "model"))
-        state.val_losses.append(val)
-        improved = improves(val, state.best_val, args.min_improvement)
+        improved, started = plateau.step(state, val, averager)  # the LR decay, NT-ASGD's trigger, the patience
         if improved:
-            state.best_val, state.bad_epochs = val, 0
             best.keep(source)
-        else:
-            state.bad_epochs += 1
-            if args.optimizer != "ntasgd" or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
-                state.lr *= args.lr_decay
-        if (
-            args.optimizer == "ntasgd"
-            and not averager.active
-            and (nt_asgd_triggered(state.val_losses, args.nonmono) or state.bad_epochs >= args.patience)
-        ):  # a stall that outlasts the patience starts the average too, rather than ending a run that never averaged
-            averager.start()
-            state.bad_epochs = 0  # the patience judges the average from here
+        if started:
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
         picked = f" (average {both['valid_ppl_average']:.2f}, live {both['valid_ppl_live']:.2f})" if both else ""
         accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f}{picked} | lr {state.lr:g}")
         log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), **both, "lr": state.lr})
         state.epoch, state.segment = state.epoch + 1, 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
-        if state.bad_epochs >= args.patience:
-            gain = f" by {args.min_improvement:.1%}" if args.min_improvement else ""
-            state.stopped = f"validation did not improve{gain} for {args.patience} evaluations in a row"
+        if stopped := plateau.stop_reason(state):
+            state.stopped = stopped
             accelerator.print(state.stopped + ": stopping")
             break
         if paused := stop_asked():

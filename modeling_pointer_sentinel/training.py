@@ -9,14 +9,16 @@ Two schemes (see README "Training schemes"):
 """
 
 import math
+import os
 import random
+import time
 from dataclasses import dataclass
 
 import torch
 
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
-from .modeling_pointer_sentinel import PointerSentinelCache
+from .modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM
 from .tokenization import ends_lines_with_eos
 
 
@@ -397,3 +399,118 @@ def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:
     (AWD-LSTM's main.py checks before it appends the latest, so its history holds the earlier ones only)."""
     *earlier, latest = val_losses
     return len(earlier) > nonmono and latest > min(earlier[:-nonmono])
+
+
+# ---- a run's control around its steps: the epoch-end schedule, the memory check, the time limit ----
+class PlateauSchedule:
+    """What a validation at an epoch end does to a run (examples/train.py's rule): a loss that does not beat the best
+    so far by `min_improvement` (`improves`) multiplies the LR by `lr_decay`, and `patience` of them in a row end
+    training. With NT-ASGD (`ntasgd`) a stall starts the weight average instead, at AWD-LSTM's non-monotone trigger
+    (`nt_asgd_triggered` over `nonmono`) or at `patience` stalls in a row, whichever comes first; from then on the
+    stalls lower the LR and the patience judges the average.
+
+    The counters it reads and moves, `lr`, `best_val`, `bad_epochs` and `val_losses`, are the run's `state`
+    (`checkpointing.TrainState`, which every checkpoint saves): the schedule holds only its settings."""
+
+    def __init__(self, lr_decay: float = 0.5, patience: int = 3, min_improvement: float = 0.0, ntasgd: bool = False,
+                 nonmono: int = 5):  # fmt: skip
+        self.lr_decay, self.patience, self.min_improvement = lr_decay, patience, min_improvement
+        self.ntasgd, self.nonmono = ntasgd, nonmono
+
+    def step(self, state, val_loss: float, averager: ParameterAverager) -> tuple[bool, bool]:
+        """Count one validation loss (the same on every rank): whether it improved (keep the weights it scored as the
+        best) and whether `averager` started here."""
+        state.val_losses.append(val_loss)
+        improved = improves(val_loss, state.best_val, self.min_improvement)
+        if improved:
+            state.best_val, state.bad_epochs = val_loss, 0
+        else:
+            state.bad_epochs += 1
+            if not self.ntasgd or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
+                state.lr *= self.lr_decay
+        start = bool(
+            self.ntasgd
+            and not averager.active
+            and (nt_asgd_triggered(state.val_losses, self.nonmono) or state.bad_epochs >= self.patience)
+        )  # a stall that outlasts the patience starts the average too, rather than ending a run that never averaged
+        if start:
+            averager.start()
+            state.bad_epochs = 0  # the patience judges the average from here
+        return improved, start
+
+    def stop_reason(self, state) -> str | None:
+        """Why training ends at this validation (`patience` in a row without improvement), or None."""
+        if state.bad_epochs < self.patience:
+            return None
+        gain = f" by {self.min_improvement:.1%}" if self.min_improvement else ""
+        return f"validation did not improve{gain} for {self.patience} evaluations in a row"
+
+
+def check_fits(config, streams: int, optimizer: str, available: int | None = None):
+    """Refuse (ValueError), before anything is allocated, a model whose float32 weights, gradients and optimizer state
+    ("sgd", "ntasgd" or "adamw"), with the recurrent state and pointer window of `streams` streams, need more memory
+    than the device has (a lower bound: activations come on top). `available`: bytes (default: the GPU's if there is
+    one, else the machine's)."""
+    with torch.device("meta"):  # sizes only, no memory
+        params = sum(p.numel() for p in PointerSentinelForCausalLM(config).parameters())
+    copies = {"adamw": 4, "ntasgd": 3, "sgd": 2}[optimizer]  # weights, gradients (+ Adam's two moments / the average)
+    window = streams * config.pointer_window * (4 * config.output_size + 8 + 1)  # states, ids, mask
+    need = 4 * params * copies + window
+    if available is None:
+        if torch.cuda.is_available():
+            available = torch.cuda.mem_get_info()[1]
+        else:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > available:
+        raise ValueError(
+            f"the model needs at least {need / 2**30:,.1f} GiB ({params:,} parameters x {copies} float32 copies with "
+            f"{optimizer}, and a pointer window of {config.pointer_window:,} x {config.output_size} per stream for "
+            f"{streams} streams), more than the {available / 2**30:,.1f} GiB this device has: use a smaller "
+            "hidden_size, pointer_window or batch"
+        )
+
+
+def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
+    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
+    if accelerator.num_processes == 1:
+        return flags
+    from accelerate.utils import broadcast
+
+    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
+
+
+class TimeLimit:
+    """A training time limit (examples/train.py's --max_train_minutes): training stops at the first optimizer step that
+    ends past it. `clock`: "wall" (time.perf_counter) or "cpu" (the process's CPU time, time.process_time).
+
+    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
+    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
+    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
+    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
+    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
+    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
+    """
+
+    def __init__(self, accelerator, minutes: float | None, clock: str = "wall", earlier: float = 0.0):
+        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
+        self.now = time.perf_counter if clock == "wall" else time.process_time
+        self.start = self.last_log = self.now() - earlier  # `earlier`: seconds trained before a resume
+        self.longest_gap, self.near = 0.0, True
+
+    def elapsed(self) -> float:
+        return self.now() - self.start
+
+    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
+        """Call on every rank after every segment: whether training must stop now."""
+        if self.seconds is None or not (optimizer_step or log_step):
+            return False
+        now = self.now()
+        over = now - self.start > self.seconds
+        if self.accelerator.num_processes == 1:
+            return over
+        if log_step:
+            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
+            near = now - self.start + 2 * self.longest_gap > self.seconds
+            over, self.near = accelerate_broadcast(self.accelerator, over, near)
+            return over
+        return self.near and accelerate_broadcast(self.accelerator, over)[0]
