@@ -23,6 +23,7 @@ GEN = "modeling_pointer_sentinel/generation_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
 CKL, CKU = "modeling_pointer_sentinel/checkpointing.py", "tests/test_checkpointing.py"  # the library moved out of T
+TRU = "tests/test_training.py"  # training.py's run control on its own (moved out of T too)
 A = "tests/test_adaptive_softmax.py"
 E = "modeling_pointer_sentinel/evaluation.py"
 DYN = ["tests/test_dynamic_evaluation.py"]
@@ -777,41 +778,54 @@ MUTS = [
     ),
     (
         "loop: ntasgd decays the LR before it averages",
-        T,
-        'if args.optimizer != "ntasgd" or averager.active:',
+        TR,
+        "if not self.ntasgd or averager.active:",
         "if True:",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: ntasgd never decays the LR of the average",
-        T,
-        'if args.optimizer != "ntasgd" or averager.active:',
-        'if args.optimizer != "ntasgd":',
+        TR,
+        "if not self.ntasgd or averager.active:",
+        "if not self.ntasgd:",
         [
             f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
             f"{TT}::test_each_optimizer_is_what_it_is_named",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
         ],
     ),
     (
         "loop: sgd averages too",
-        T,
-        'args.optimizer == "ntasgd"\n            and not averager.active',
+        TR,
+        "self.ntasgd\n            and not averager.active",
         "True\n            and not averager.active",
-        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+        [
+            f"{TT}::test_each_optimizer_is_what_it_is_named",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: ntasgd stall stops the run before averaging",
-        T,
-        " or state.bad_epochs >= args.patience)",
+        TR,
+        " or state.bad_epochs >= self.patience)",
         ")",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: patience not reset when averaging starts",
-        T,
+        TR,
         "            state.bad_epochs = 0  # the patience judges",
         "            pass  # the patience judges",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: a resume may switch the clock",
@@ -871,42 +885,51 @@ MUTS = [
     ),
     (
         "loop: plateau count not reset by an improvement",
-        T,
-        "state.best_val, state.bad_epochs = val, 0",
-        "state.best_val = val",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        TR,
+        "state.best_val, state.bad_epochs = val_loss, 0",
+        "state.best_val = val_loss",
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: patience one late",
-        T,
-        "if state.bad_epochs >= args.patience:",
-        "if state.bad_epochs > args.patience:",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        TR,
+        "if state.bad_epochs < self.patience:",
+        "if state.bad_epochs <= self.patience:",
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: lr_decay not applied",
-        T,
-        "state.lr *= args.lr_decay",
+        TR,
+        "state.lr *= self.lr_decay",
         "state.lr *= 1.0",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "limit: one process checks at log steps only",
-        T,
+        TR,
         "return over\n        if log_step:",
         "return over and log_step\n        if log_step:",
         [f"{TT}::test_max_train_minutes_stops_at_the_first_step_past_the_limit"],
     ),
     (
         "limit: no broadcast per step near the limit",
-        T,
+        TR,
         "return self.near and accelerate_broadcast(self.accelerator, over)[0]",
         "return False",
         [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
     ),
     (
         "limit: never near",
-        T,
+        TR,
         "near = now - self.start + 2 * self.longest_gap > self.seconds",
         "near = False",
         [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
@@ -2008,7 +2031,7 @@ MUTS = [
     ),
     (
         "time budget: --clock cpu reads the wall clock",
-        T,
+        TR,
         'self.now = time.perf_counter if clock == "wall" else time.process_time',
         "self.now = time.perf_counter",
         ["tests/test_train.py::test_time_budget_counts_every_resumed_run_and_the_cpu_clock"],
@@ -2127,17 +2150,23 @@ MUTS = [
     ),
     (
         "size check: refuses nothing",
-        T,
-        "    if need > available:\n        fail(",
-        "    if False:\n        fail(",
-        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+        TR,
+        "    if need > available:\n        raise ValueError(",
+        "    if False:\n        raise ValueError(",
+        [
+            f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs",
+            f"{TRU}::test_check_fits_refuses_the_model_that_needs_more_than_the_device_has",
+        ],
     ),
     (
         "size check: the pointer window left out",
-        T,
+        TR,
         "    need = 4 * params * copies + window",
         "    need = 4 * params * copies",
-        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+        [
+            f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs",
+            f"{TRU}::test_check_fits_refuses_the_model_that_needs_more_than_the_device_has",
+        ],
     ),
 ]
 MUTS += [
