@@ -20,9 +20,7 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -257,7 +255,7 @@ from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, send
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402  (pipeline: imported where used, 2-4 s)
 
-from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.checkpointing import (  # noqa: E402
     BestWeights,
     CheckpointError,
@@ -284,10 +282,14 @@ from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     PlateauSchedule,
+    StopSignal,
     TimeLimit,
     activation_penalty,
     check_fits,
     check_frequency_order,
+    check_streams,
+    compile_for_training,
+    config_for_tokenizer,
     is_oov_weight,
     make_segment,
     parameter_groups,
@@ -329,17 +331,8 @@ def build_model(args, tokenizer):
                 f"{model.config.vocab_size}; pass the model's own tokenizer."
             )
         return model
-    eos = tokenizer.eos_token_id
-    from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
-    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
-        from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
-    if given := sorted(set(from_tokenizer) & set(args.model)):
-        fail(f"--config model: {', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id "
-             f"{eos}); leave them out")  # fmt: skip
-    try:
-        config = PointerSentinelConfig(
-            **from_tokenizer, **{**args.model, **({"oov_pointer": True} if args.oov_pointer else {})}
-        )
+    try:  # the vocabulary and the special ids are the tokenizer's
+        config = config_for_tokenizer(tokenizer, {**args.model, **({"oov_pointer": True} if args.oov_pointer else {})})
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
     try:
@@ -353,9 +346,7 @@ def main(argv=None):
     args = parse_args(argv)
     # SIGUSR1 asks for a stop at the next epoch end, with a checkpoint there (its smallest: the best weights are then
     # often the model's or its average's, saved by name). Caught from here on, so a run still loading is not killed.
-    asked_to_stop = threading.Event()
-    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, lambda *_: asked_to_stop.set())
+    stop_signal = StopSignal()
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     accelerator = Accelerator(
@@ -434,6 +425,7 @@ def main(argv=None):
     if args.eval_max_tokens:
         ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
     B = args.per_device_train_batch_size
+    stride = args.stride if args.stride is not None else cfg.pointer_window
     try:
         train = shard_streams(ids["train"], B, W, rank).to(accelerator.device)
         evals = {
@@ -441,21 +433,9 @@ def main(argv=None):
             for s, t in ids.items()
             if s != "train"
         }
-    except ValueError as e:  # too few tokens for the streams
+        check_streams(train.shape[1], W * B, args.scheme, args.bptt, cfg.pointer_window, stride)
+    except ValueError as e:  # too few tokens for the streams, or for the scheme
         fail(e)
-    stride = args.stride if args.stride is not None else cfg.pointer_window
-    if args.scheme == "window" and train.shape[1] <= cfg.pointer_window:
-        fail(
-            f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "
-            f"tokens with {W * B} streams); use a smaller window or batch."
-        )
-    if args.scheme == "window" and stride >= train.shape[1] - 1:
-        fail(
-            f"--stride {stride} is not shorter than each training stream ({train.shape[1]} tokens with {W * B} "
-            "streams); use a smaller stride or batch."
-        )
-    if train.shape[1] < 2 * args.bptt and args.scheme == "stateful":
-        fail(f"Each of the {W * B} streams holds {train.shape[1]} tokens, less than 2 x bptt.")
     if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:
         fail(
             f"{resume} was trained on {saved_layout['tokens_per_stream']} tokens per stream, this training data gives "
@@ -473,9 +453,7 @@ def main(argv=None):
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
     if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again
-        eager_forward = raw.forward
-        compiled_forward = torch.compile(eager_forward, fullgraph=True, backend=args.torch_compile_backend)
-        raw.forward = lambda *a, **kw: (compiled_forward if raw.training else eager_forward)(*a, **kw)
+        compile_for_training(raw, args.torch_compile_backend)
     averager = ParameterAverager(raw.parameters())
     state = TrainState(args.learning_rate)
     best = BestWeights(raw, averager)
@@ -559,10 +537,7 @@ def main(argv=None):
 
     def stop_asked() -> bool:
         """At an epoch end that is not training's last: whether SIGUSR1 reached any rank (all ranks call this)."""
-        if asked_to_stop.is_set():
-            asked_to_stop.clear()
-            accelerator.set_trigger()
-        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()
+        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)
 
     def layout() -> dict:  # where the streams are, for a checkpoint's manifest
         position = schedule[state.segment][0] if state.segment < len(schedule) else train.shape[1]

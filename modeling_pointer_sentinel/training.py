@@ -11,11 +11,14 @@ Two schemes (see README "Training schemes"):
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 
 import torch
 
+from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
 from .modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM
@@ -514,3 +517,62 @@ class TimeLimit:
             over, self.near = accelerate_broadcast(self.accelerator, over, near)
             return over
         return self.near and accelerate_broadcast(self.accelerator, over)[0]
+
+
+class StopSignal:
+    """A signal (default SIGUSR1) that asks a run to stop at its next agreed point, an epoch end, on every rank. The
+    handler only sets a flag (installed from the main thread, where Python runs handlers; elsewhere, or without the
+    signal, none is); `asked` hands the flag to every rank through accelerate's trigger."""
+
+    def __init__(self, signum: int | None = getattr(signal, "SIGUSR1", None)):
+        self.received = threading.Event()
+        if signum is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signum, lambda *_: self.received.set())
+
+    def asked(self, accelerator) -> bool:
+        """Whether the signal reached any rank since the last call (a collective: every rank calls it together)."""
+        if self.received.is_set():
+            self.received.clear()
+            accelerator.set_trigger()
+        return accelerator.check_trigger()
+
+
+# ---- a new model and its training streams, checked before any training ----
+def config_for_tokenizer(tokenizer, fields: dict) -> PointerSentinelConfig:
+    """The config of a new model for `tokenizer`: its word count (vocab_size) and `<eos>` (also bos and pad) from it,
+    an open-vocabulary tokenizer's placeholders too (oov_slots, unk_token_id), and `fields` for the rest. `fields`
+    naming one of those: a ValueError; an invalid field: the config's own error."""
+    eos = tokenizer.eos_token_id
+    from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
+        from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
+    if given := sorted(set(from_tokenizer) & set(fields)):
+        raise ValueError(f"{', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id {eos}); "
+                         "leave them out")  # fmt: skip
+    return PointerSentinelConfig(**from_tokenizer, **fields)
+
+
+def check_streams(tokens: int, streams: int, scheme: str, bptt: int, window: int, stride: int):
+    """Refuse (ValueError) training streams too short for the scheme: `streams` streams (over all ranks) of `tokens`
+    tokens each. The window scheme needs streams longer than the pointer `window` and than one `stride`; the stateful
+    one at least two segments of `bptt`."""
+    if scheme == "window" and tokens <= window:
+        raise ValueError(
+            f"The pointer window ({window}) is longer than each training stream ({tokens} tokens with {streams} "
+            "streams); use a smaller window or batch."
+        )
+    if scheme == "window" and stride >= tokens - 1:
+        raise ValueError(
+            f"--stride {stride} is not shorter than each training stream ({tokens} tokens with {streams} streams); "
+            "use a smaller stride or batch."
+        )
+    if tokens < 2 * bptt and scheme == "stateful":
+        raise ValueError(f"Each of the {streams} streams holds {tokens} tokens, less than 2 x bptt.")
+
+
+def compile_for_training(model, backend: str = "inductor"):
+    """Compile `model`'s forward as one graph for its training calls only (`model.training`): evaluation, with other
+    shapes, keeps the eager forward rather than compiling again."""
+    eager_forward = model.forward
+    compiled_forward = torch.compile(eager_forward, fullgraph=True, backend=backend)
+    model.forward = lambda *a, **kw: (compiled_forward if model.training else eager_forward)(*a, **kw)

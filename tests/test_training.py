@@ -1,8 +1,12 @@
 """modeling_pointer_sentinel/training.py's run control on its own, without examples/train.py: the epoch-end schedule
-(LR decay on a stall, NT-ASGD's start, the early stop) and the memory check. (The time limit's unit test is
-tests/test_train.py's test_time_limit_decision_is_made_every_step_near_the_limit.)"""
+(LR decay on a stall, NT-ASGD's start, the early stop), the stop signal, the memory check, a new model's config and the
+streams' checks. (The time limit's unit test is tests/test_train.py's
+test_time_limit_decision_is_made_every_step_near_the_limit.)"""
 
 import math
+import os
+import signal
+import threading
 
 import pytest
 import torch
@@ -10,7 +14,15 @@ from conftest import tiny_config
 
 from modeling_pointer_sentinel import PointerSentinelForCausalLM
 from modeling_pointer_sentinel.checkpointing import TrainState
-from modeling_pointer_sentinel.training import ParameterAverager, PlateauSchedule, check_fits
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+from modeling_pointer_sentinel.training import (
+    ParameterAverager,
+    PlateauSchedule,
+    StopSignal,
+    check_fits,
+    check_streams,
+    config_for_tokenizer,
+)
 
 
 def run_schedule(schedule, losses, lr=1.0):
@@ -66,3 +78,59 @@ def test_check_fits_refuses_the_model_that_needs_more_than_the_device_has():
             check_fits(config, 3, optimizer, available=need - 1)
     with pytest.raises(ValueError, match="pointer window of 1,000,000,000"):  # the window counts, per stream
         check_fits(tiny_config(pointer_window=1_000_000_000), 1, "sgd")
+
+
+class Trigger:
+    """accelerate's trigger in one process: set_trigger raises the flag, check_trigger reads and lowers it."""
+
+    def __init__(self):
+        self.flag = False
+
+    def set_trigger(self):
+        self.flag = True
+
+    def check_trigger(self):
+        raised, self.flag = self.flag, False
+        return raised
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGUSR1") or threading.current_thread() is not threading.main_thread(),
+                    reason="signal handlers run in the main thread")  # fmt: skip
+def test_stop_signal_is_asked_once_per_signal_and_from_another_rank():
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        stop, accelerator = StopSignal(), Trigger()
+        assert not stop.asked(accelerator)
+        os.kill(os.getpid(), signal.SIGUSR1)  # the handler runs before the next line
+        assert stop.asked(accelerator) and not stop.asked(accelerator)
+        accelerator.set_trigger()  # another rank got it
+        assert stop.asked(accelerator)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    assert not StopSignal(signum=None).asked(Trigger())  # no signal, no handler
+
+
+def test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer():
+    tok = build_word_level_tokenizer(["a b c a", "b a"])
+    config = config_for_tokenizer(tok, {"hidden_size": 8, "embedding_size": 8})
+    eos = tok.eos_token_id
+    assert config.vocab_size == len(tok) and config.eos_token_id == config.bos_token_id == config.pad_token_id == eos
+    assert config.hidden_size == 8 and config.oov_slots == 0
+    with pytest.raises(ValueError, match=r"^pad_token_id, vocab_size come from the tokenizer \(5 words, <eos> id"):
+        config_for_tokenizer(tok, {"vocab_size": 9, "pad_token_id": 1})
+    opened = open_vocabulary(tok, oov_slots=3)  # its placeholders are the model's, not words
+    config = config_for_tokenizer(opened, {})
+    assert (config.vocab_size, config.oov_slots, config.unk_token_id) == (len(tok), 3, opened.unk_token_id)
+
+
+def test_check_streams_refuses_streams_too_short_for_the_scheme():
+    check_streams(100, 4, "stateful", 50, window=200, stride=1)  # two segments of bptt, the window unused
+    check_streams(100, 4, "window", 500, window=99, stride=98)  # bptt unused
+    for tokens, scheme, bptt, window, stride, message in [
+        (99, "stateful", 50, 8, 1, "Each of the 4 streams holds 99 tokens, less than 2 x bptt."),
+        (99, "window", 1, 99, 1, "The pointer window (99) is longer than each training stream (99 tokens with 4"),
+        (100, "window", 1, 8, 99, "--stride 99 is not shorter than each training stream (100 tokens with 4 streams)"),
+    ]:
+        with pytest.raises(ValueError) as refused:
+            check_streams(tokens, 4, scheme, bptt, window, stride)
+        assert str(refused.value).startswith(message)
