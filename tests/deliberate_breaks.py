@@ -394,17 +394,23 @@ MUTS = [
     ),
     (
         "train.py: an open-vocabulary tokenizer's placeholders counted as words",
-        T,
+        TR,
         "    from_tokenizer = dict(vocab_size=word_count(tokenizer), ",
         "    from_tokenizer = dict(vocab_size=len(tokenizer), ",
-        ["tests/test_open_vocabulary.py"],
+        [
+            "tests/test_open_vocabulary.py",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "train.py: a model built from an open-vocabulary tokenizer gets no placeholders",
-        T,
+        TR,
         '    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer',
         "    if False:  # an open-vocabulary tokenizer",
-        ["tests/test_open_vocabulary.py"],
+        [
+            "tests/test_open_vocabulary.py",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "docs: the ONNX table apart from its results file",
@@ -1726,7 +1732,7 @@ MUTS = [
     (
         "SIGUSR1: the stop never acted on",
         T,
-        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
         "        return False",
         [
             "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
@@ -1759,9 +1765,33 @@ MUTS = [
     (
         "SIGUSR1: a run at its step limit stopped instead of finished",
         T,
-        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
-        "        return state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
+        "        return state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
         ["tests/test_checkpoints.py::test_sigusr1_stops_a_run_without_validation_at_its_epoch_end"],
+    ),
+    (
+        "stop signal: one SIGUSR1 asked at every epoch end",
+        TR,
+        "            self.received.clear()\n",
+        "",
+        [f"{TRU}::test_stop_signal_is_asked_once_per_signal_and_from_another_rank"],
+    ),
+    (
+        "check streams: a window scheme's stream no longer than the window accepted",
+        TR,
+        '    if scheme == "window" and tokens <= window:',
+        "    if False:",
+        [f"{TRU}::test_check_streams_refuses_streams_too_short_for_the_scheme"],
+    ),
+    (
+        "plateau schedule: min_improvement ignored",
+        TR,
+        "improves(val_loss, state.best_val, self.min_improvement)",
+        "improves(val_loss, state.best_val)",
+        [
+            f"{TRU}::test_plateau_schedule_counts_a_gain_below_min_improvement_as_a_stall",
+            f"{TT}::test_gains_below_min_improvement_decay_the_lr_and_stop_training",
+        ],
     ),
     (
         "checkpoint: written under its final name",
@@ -2091,10 +2121,13 @@ MUTS = [
     ),
     (
         "train config may set vocab_size",
-        T,
-        "    if given := sorted(set(from_tokenizer) & set(args.model)):",
+        TR,
+        "    if given := sorted(set(from_tokenizer) & set(fields)):",
         "    if given := []:",
-        ["tests/test_cli.py::test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line"],
+        [
+            "tests/test_cli.py::test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "try_pretrained checks the test file after the samples",
@@ -2119,10 +2152,13 @@ MUTS = [
     ),
     (
         "window stride longer than the streams accepted",
-        T,
-        '    if args.scheme == "window" and stride >= train.shape[1] - 1:',
+        TR,
+        '    if scheme == "window" and stride >= tokens - 1:',
         "    if False:",
-        ["tests/test_train.py::test_a_window_stride_longer_than_the_streams_is_one_error_before_training"],
+        [
+            "tests/test_train.py::test_a_window_stride_longer_than_the_streams_is_one_error_before_training",
+            f"{TRU}::test_check_streams_refuses_streams_too_short_for_the_scheme",
+        ],
     ),
     (
         "no validation: NaN drives the schedule again",
