@@ -408,9 +408,13 @@ def main(argv=None):
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
         if cfg.oov_slots < 2:
             fail("--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)")
+        if args.unseen_word_block < cfg.pointer_window:
+            fail(f"--unseen_word_block ({args.unseen_word_block}) must be at least the model's pointer_window "
+                 f"({cfg.pointer_window}), or one slot would stand for two words in a window")  # fmt: skip
         flat = torch.from_numpy(ids["train"].astype(np.int64))  # in memory (int64): the simulation rewrites it
         ids["train"] = simulate_unseen_words(flat, cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
-                                             args.unseen_word_max_count, args.unseen_word_block, args.seed)  # fmt: skip
+                                             args.unseen_word_max_count, args.unseen_word_block, args.seed,
+                                             window=cfg.pointer_window)  # fmt: skip
         counts["train"] = torch.bincount(ids["train"]).numpy()
     unk_id = unk_token_id(tokenizer)
     unk_rates = {split: unk_rate_of_counts(c, unk_id) for split, c in counts.items()}

@@ -151,14 +151,14 @@ def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vo
 
 
 def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, rate: float, max_count: int = 10,
-                          block: int = 1000, seed: int = 0, window: int | None = None) -> torch.Tensor:  # fmt: skip
+                          block: int = 1000, seed: int = 0, *, window: int) -> torch.Tensor:  # fmt: skip
     """Training text in which some rare words play words the vocabulary lacks, so the pointer learns to copy
     placeholders (`config.oov_slots`). In each block of `block` tokens, each distinct word seen at most `max_count`
     times in `ids` is chosen with probability `rate` (wherever in the block it first occurs), and its occurrences in
     the block are written as placeholders.
 
     Slots are given as the text runs (`placeholder_slots`), so that no `window` consecutive tokens (the pointer window
-    L, `config.pointer_window`; default `block`, the safe side) hold one slot for two words or one word under two
+    L, `config.pointer_window`) hold one slot for two words or one word under two
     slots: a word keeps its slot (across a block boundary too) until the slot is needed for another word, and a new
     word takes the least recently used slot that no window holds. With oov_slots >= window a slot is always free, so
     every occurrence of a chosen word is renamed: `rate` of the qualifying tokens, at every block position. With
@@ -168,7 +168,6 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
 
     A block shorter than `window` is refused (ValueError): every window would reach into two or three blocks, each
     choosing its words afresh, so most windows would hold a word both as itself and as an unseen word."""
-    window = block if window is None else window
     if not 0 <= rate <= 1 or block < 1 or oov_slots < 2 or window < 1:
         raise ValueError(f"Need 0 <= rate <= 1, block >= 1, oov_slots >= 2 and window >= 1; got {rate}, {block}, "
                          f"{oov_slots} and {window}.")  # fmt: skip

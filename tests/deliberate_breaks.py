@@ -3319,6 +3319,23 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
     ),
 ]
 
+MUTS += [  # issue 54 part 4: train.py's simulated unseen words follow the model's pointer window
+    (
+        "simulated unseen words: train.py accepts a block shorter than the pointer window",
+        T,
+        "        if args.unseen_word_block < cfg.pointer_window:",
+        "        if args.unseen_word_block < 0:",
+        ["tests/test_open_vocabulary.py::test_train_py_teaches_copying_with_simulated_unseen_words"],
+    ),
+    (
+        "simulated unseen words: the window has a silent default again",
+        TR,
+        "block: int = 1000, seed: int = 0, *, window: int) -> torch.Tensor:",
+        "block: int = 1000, seed: int = 0, *, window: int = 1000) -> torch.Tensor:",
+        ["tests/test_open_vocabulary.py::test_simulated_unseen_words_match_the_loop_reference"],
+    ),
+]
+
 
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
