@@ -20,9 +20,7 @@ import json
 import math
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -257,7 +255,7 @@ from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, send
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402  (pipeline: imported where used, 2-4 s)
 
-from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelConfig, PointerSentinelForCausalLM  # noqa: E402
+from modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM  # noqa: E402
 from modeling_pointer_sentinel.checkpointing import (  # noqa: E402
     BestWeights,
     CheckpointError,
@@ -283,12 +281,17 @@ from modeling_pointer_sentinel.data import (  # noqa: E402
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
+    PlateauSchedule,
+    StopSignal,
+    TimeLimit,
     activation_penalty,
+    check_fits,
     check_frequency_order,
-    improves,
+    check_streams,
+    compile_for_training,
+    config_for_tokenizer,
     is_oov_weight,
     make_segment,
-    nt_asgd_triggered,
     number_slots_per_row,
     parameter_groups,
     run_segment,
@@ -329,98 +332,22 @@ def build_model(args, tokenizer):
                 f"{model.config.vocab_size}; pass the model's own tokenizer."
             )
         return model
-    eos = tokenizer.eos_token_id
-    from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
-    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
-        from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
-    if given := sorted(set(from_tokenizer) & set(args.model)):
-        fail(f"--config model: {', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id "
-             f"{eos}); leave them out")  # fmt: skip
-    try:
-        config = PointerSentinelConfig(
-            **from_tokenizer, **{**args.model, **({"oov_pointer": True} if args.oov_pointer else {})}
-        )
+    try:  # the vocabulary and the special ids are the tokenizer's
+        config = config_for_tokenizer(tokenizer, {**args.model, **({"oov_pointer": True} if args.oov_pointer else {})})
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
-    check_fits(config, args.per_device_train_batch_size, args.optimizer)
+    try:
+        check_fits(config, args.per_device_train_batch_size, args.optimizer)
+    except ValueError as e:  # too large for this device
+        fail(e)
     return PointerSentinelForCausalLM(config)
-
-
-def check_fits(config, streams: int, optimizer: str, available: int | None = None):
-    """Refuse, before anything is allocated, a model whose float32 weights, gradients and optimizer state, with the
-    recurrent state and pointer window of `streams` streams, need more memory than the device has (a lower bound:
-    activations come on top)."""
-    with torch.device("meta"):  # sizes only, no memory
-        params = sum(p.numel() for p in PointerSentinelForCausalLM(config).parameters())
-    copies = {"adamw": 4, "ntasgd": 3, "sgd": 2}[optimizer]  # weights, gradients (+ Adam's two moments / the average)
-    window = streams * config.pointer_window * (4 * config.output_size + 8 + 1)  # states, ids, mask
-    need = 4 * params * copies + window
-    if available is None:
-        if torch.cuda.is_available():
-            available = torch.cuda.mem_get_info()[1]
-        else:
-            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need > available:
-        fail(
-            f"the model needs at least {need / 2**30:,.1f} GiB ({params:,} parameters x {copies} float32 copies with "
-            f"{optimizer}, and a pointer window of {config.pointer_window:,} x {config.output_size} per stream for "
-            f"{streams} streams), more than the {available / 2**30:,.1f} GiB this device has: use a smaller "
-            "hidden_size, pointer_window or batch"
-        )
-
-
-def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
-    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
-    if accelerator.num_processes == 1:
-        return flags
-    from accelerate.utils import broadcast
-
-    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
-
-
-class TimeLimit:
-    """--max_train_minutes: training stops at the first optimizer step that ends past the limit.
-
-    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
-    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
-    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
-    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
-    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
-    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
-    """
-
-    def __init__(self, accelerator, minutes: float | None, clock: str = "wall", earlier: float = 0.0):
-        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
-        self.now = time.perf_counter if clock == "wall" else time.process_time
-        self.start = self.last_log = self.now() - earlier  # `earlier`: seconds trained before a resume
-        self.longest_gap, self.near = 0.0, True
-
-    def elapsed(self) -> float:
-        return self.now() - self.start
-
-    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
-        """Call on every rank after every segment: whether training must stop now."""
-        if self.seconds is None or not (optimizer_step or log_step):
-            return False
-        now = self.now()
-        over = now - self.start > self.seconds
-        if self.accelerator.num_processes == 1:
-            return over
-        if log_step:
-            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
-            near = now - self.start + 2 * self.longest_gap > self.seconds
-            over, self.near = accelerate_broadcast(self.accelerator, over, near)
-            return over
-        return self.near and accelerate_broadcast(self.accelerator, over)[0]
 
 
 def main(argv=None):
     args = parse_args(argv)
     # SIGUSR1 asks for a stop at the next epoch end, with a checkpoint there (its smallest: the best weights are then
     # often the model's or its average's, saved by name). Caught from here on, so a run still loading is not killed.
-    asked_to_stop = threading.Event()
-    if hasattr(signal, "SIGUSR1") and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, lambda *_: asked_to_stop.set())
+    stop_signal = StopSignal()
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
     accelerator = Accelerator(
@@ -482,9 +409,13 @@ def main(argv=None):
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
         if cfg.oov_slots < 2:
             fail("--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)")
+        if args.unseen_word_block < cfg.pointer_window:
+            fail(f"--unseen_word_block ({args.unseen_word_block}) must be at least the model's pointer_window "
+                 f"({cfg.pointer_window}), or one slot would stand for two words in a window")  # fmt: skip
         flat = torch.from_numpy(ids["train"].astype(np.int64))  # in memory (int64): the simulation rewrites it
         ids["train"] = simulate_unseen_words(flat, cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
-                                             args.unseen_word_max_count, args.unseen_word_block, args.seed)  # fmt: skip
+                                             args.unseen_word_max_count, args.unseen_word_block, args.seed,
+                                             window=cfg.pointer_window)  # fmt: skip
         counts["train"] = torch.bincount(ids["train"]).numpy()
     unk_id = unk_token_id(tokenizer)
     unk_rates = {split: unk_rate_of_counts(c, unk_id) for split, c in counts.items()}
@@ -499,6 +430,7 @@ def main(argv=None):
     if args.eval_max_tokens:
         ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
     B = args.per_device_train_batch_size
+    stride = args.stride if args.stride is not None else cfg.pointer_window
     try:
         train = shard_streams(ids["train"], B, W, rank)
         if args.unseen_word_rate:
@@ -509,21 +441,9 @@ def main(argv=None):
             for s, t in ids.items()
             if s != "train"
         }
-    except ValueError as e:  # too few tokens for the streams
+        check_streams(train.shape[1], W * B, args.scheme, args.bptt, cfg.pointer_window, stride)
+    except ValueError as e:  # too few tokens for the streams, or for the scheme
         fail(e)
-    stride = args.stride if args.stride is not None else cfg.pointer_window
-    if args.scheme == "window" and train.shape[1] <= cfg.pointer_window:
-        fail(
-            f"The pointer window ({cfg.pointer_window}) is longer than each training stream ({train.shape[1]} "
-            f"tokens with {W * B} streams); use a smaller window or batch."
-        )
-    if args.scheme == "window" and stride >= train.shape[1] - 1:
-        fail(
-            f"--stride {stride} is not shorter than each training stream ({train.shape[1]} tokens with {W * B} "
-            "streams); use a smaller stride or batch."
-        )
-    if train.shape[1] < 2 * args.bptt and args.scheme == "stateful":
-        fail(f"Each of the {W * B} streams holds {train.shape[1]} tokens, less than 2 x bptt.")
     if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:
         fail(
             f"{resume} was trained on {saved_layout['tokens_per_stream']} tokens per stream, this training data gives "
@@ -541,9 +461,7 @@ def main(argv=None):
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
     if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again
-        eager_forward = raw.forward
-        compiled_forward = torch.compile(eager_forward, fullgraph=True, backend=args.torch_compile_backend)
-        raw.forward = lambda *a, **kw: (compiled_forward if raw.training else eager_forward)(*a, **kw)
+        compile_for_training(raw, args.torch_compile_backend)
     averager = ParameterAverager(raw.parameters())
     state = TrainState(args.learning_rate)
     best = BestWeights(raw, averager)
@@ -621,13 +539,13 @@ def main(argv=None):
 
     # ---- training ----
     time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
+    plateau = PlateauSchedule(
+        args.lr_decay, args.patience, args.min_improvement, args.optimizer == "ntasgd", args.nonmono
+    )
 
     def stop_asked() -> bool:
         """At an epoch end that is not training's last: whether SIGUSR1 reached any rank (all ranks call this)."""
-        if asked_to_stop.is_set():
-            asked_to_stop.clear()
-            accelerator.set_trigger()
-        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()
+        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)
 
     def layout() -> dict:  # where the streams are, for a checkpoint's manifest
         position = schedule[state.segment][0] if state.segment < len(schedule) else train.shape[1]
@@ -705,31 +623,18 @@ def main(argv=None):
             live = evaluate("validation", live=True)
             both = {"valid_ppl_average": math.exp(val), "valid_ppl_live": math.exp(live)}
             val, source = min((val, source), (live, "model"))
-        state.val_losses.append(val)
-        improved = improves(val, state.best_val, args.min_improvement)
+        improved, started = plateau.step(state, val, averager)  # the LR decay, NT-ASGD's trigger, the patience
         if improved:
-            state.best_val, state.bad_epochs = val, 0
             best.keep(source)
-        else:
-            state.bad_epochs += 1
-            if args.optimizer != "ntasgd" or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
-                state.lr *= args.lr_decay
-        if (
-            args.optimizer == "ntasgd"
-            and not averager.active
-            and (nt_asgd_triggered(state.val_losses, args.nonmono) or state.bad_epochs >= args.patience)
-        ):  # a stall that outlasts the patience starts the average too, rather than ending a run that never averaged
-            averager.start()
-            state.bad_epochs = 0  # the patience judges the average from here
+        if started:
             accelerator.print(f"NT-ASGD: averaging from step {state.step}")
         picked = f" (average {both['valid_ppl_average']:.2f}, live {both['valid_ppl_live']:.2f})" if both else ""
         accelerator.print(f"epoch {state.epoch + 1}: valid ppl {math.exp(val):.2f}{picked} | lr {state.lr:g}")
         log({"step": state.step, "epoch": state.epoch, "valid_ppl": math.exp(val), **both, "lr": state.lr})
         state.epoch, state.segment = state.epoch + 1, 0
         cache = PointerSentinelCache()  # each epoch reads the streams from their start
-        if state.bad_epochs >= args.patience:
-            gain = f" by {args.min_improvement:.1%}" if args.min_improvement else ""
-            state.stopped = f"validation did not improve{gain} for {args.patience} evaluations in a row"
+        if stopped := plateau.stop_reason(state):
+            state.stopped = stopped
             accelerator.print(state.stopped + ": stopping")
             break
         if paused := stop_asked():

@@ -11,7 +11,7 @@ pointer window of the model it fine-tunes (L = 100), on the bundled training spl
   slot for two words, or a word both as itself and as a placeholder.
 "before" is the function as it was at commit 8ed2c28 (`before`, kept here verbatim): a cap of oov_slots // 2 words per
 block, in first-occurrence order. "after" is simulate_unseen_words given the window; "after_without_window" is it
-called without one (as train.py did at commit c50f5ef), so the block (1000) stands for the window.
+given the block (1000) as the window, as train.py passed it before it passed the model's pointer_window.
 """
 
 import argparse
@@ -131,7 +131,7 @@ def main(argv=None):
         "before": before(ids, v, slots, rate, max_count, block),
         "after": simulate_unseen_words(ids, v, slots, rate, max_count, block, window=args.window),
         # the call as train.py makes it until it passes window=cfg.pointer_window: the block is the window (safe side)
-        "after_without_window": simulate_unseen_words(ids, v, slots, rate, max_count, block),
+        "after_without_window": simulate_unseen_words(ids, v, slots, rate, max_count, block, window=block),
     }
     result = {
         "command": "python examples/unseen_word_simulation.py"

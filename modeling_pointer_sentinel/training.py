@@ -9,14 +9,19 @@ Two schemes (see README "Training schemes"):
 """
 
 import math
+import os
 import random
+import signal
+import threading
+import time
 from dataclasses import dataclass
 
 import torch
 
+from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
-from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache
+from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, PointerSentinelForCausalLM
 from .tokenization import ends_lines_with_eos
 
 
@@ -146,14 +151,14 @@ def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vo
 
 
 def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, rate: float, max_count: int = 10,
-                          block: int = 1000, seed: int = 0, window: int | None = None) -> torch.Tensor:  # fmt: skip
+                          block: int = 1000, seed: int = 0, *, window: int) -> torch.Tensor:  # fmt: skip
     """Training text in which some rare words play words the vocabulary lacks, so the pointer learns to copy
     placeholders (`config.oov_slots`). In each block of `block` tokens, each distinct word seen at most `max_count`
     times in `ids` is chosen with probability `rate` (wherever in the block it first occurs), and its occurrences in
     the block are written as placeholders.
 
     Slots are given as the text runs (`placeholder_slots`), so that no `window` consecutive tokens (the pointer window
-    L, `config.pointer_window`; default `block`, the safe side) hold one slot for two words or one word under two
+    L, `config.pointer_window`) hold one slot for two words or one word under two
     slots: a word keeps its slot (across a block boundary too) until the slot is needed for another word, and a new
     word takes the least recently used slot that no window holds. With oov_slots >= window a slot is always free, so
     every occurrence of a chosen word is renamed: `rate` of the qualifying tokens, at every block position. With
@@ -163,7 +168,6 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
 
     A block shorter than `window` is refused (ValueError): every window would reach into two or three blocks, each
     choosing its words afresh, so most windows would hold a word both as itself and as an unseen word."""
-    window = block if window is None else window
     if not 0 <= rate <= 1 or block < 1 or oov_slots < 2 or window < 1:
         raise ValueError(f"Need 0 <= rate <= 1, block >= 1, oov_slots >= 2 and window >= 1; got {rate}, {block}, "
                          f"{oov_slots} and {window}.")  # fmt: skip
@@ -426,3 +430,177 @@ def nt_asgd_triggered(val_losses: list[float], nonmono: int) -> bool:
     (AWD-LSTM's main.py checks before it appends the latest, so its history holds the earlier ones only)."""
     *earlier, latest = val_losses
     return len(earlier) > nonmono and latest > min(earlier[:-nonmono])
+
+
+# ---- a run's control around its steps: the epoch-end schedule, the memory check, the time limit ----
+class PlateauSchedule:
+    """What a validation at an epoch end does to a run (examples/train.py's rule): a loss that does not beat the best
+    so far by `min_improvement` (`improves`) multiplies the LR by `lr_decay`, and `patience` of them in a row end
+    training. With NT-ASGD (`ntasgd`) a stall starts the weight average instead, at AWD-LSTM's non-monotone trigger
+    (`nt_asgd_triggered` over `nonmono`) or at `patience` stalls in a row, whichever comes first; from then on the
+    stalls lower the LR and the patience judges the average.
+
+    The counters it reads and moves, `lr`, `best_val`, `bad_epochs` and `val_losses`, are the run's `state`
+    (`checkpointing.TrainState`, which every checkpoint saves): the schedule holds only its settings."""
+
+    def __init__(self, lr_decay: float = 0.5, patience: int = 3, min_improvement: float = 0.0, ntasgd: bool = False,
+                 nonmono: int = 5):  # fmt: skip
+        self.lr_decay, self.patience, self.min_improvement = lr_decay, patience, min_improvement
+        self.ntasgd, self.nonmono = ntasgd, nonmono
+
+    def step(self, state, val_loss: float, averager: ParameterAverager) -> tuple[bool, bool]:
+        """Count one validation loss (the same on every rank): whether it improved (keep the weights it scored as the
+        best) and whether `averager` started here."""
+        state.val_losses.append(val_loss)
+        improved = improves(val_loss, state.best_val, self.min_improvement)
+        if improved:
+            state.best_val, state.bad_epochs = val_loss, 0
+        else:
+            state.bad_epochs += 1
+            if not self.ntasgd or averager.active:  # NT-ASGD's stalls start the average, then lower the LR
+                state.lr *= self.lr_decay
+        start = bool(
+            self.ntasgd
+            and not averager.active
+            and (nt_asgd_triggered(state.val_losses, self.nonmono) or state.bad_epochs >= self.patience)
+        )  # a stall that outlasts the patience starts the average too, rather than ending a run that never averaged
+        if start:
+            averager.start()
+            state.bad_epochs = 0  # the patience judges the average from here
+        return improved, start
+
+    def stop_reason(self, state) -> str | None:
+        """Why training ends at this validation (`patience` in a row without improvement), or None."""
+        if state.bad_epochs < self.patience:
+            return None
+        gain = f" by {self.min_improvement:.1%}" if self.min_improvement else ""
+        return f"validation did not improve{gain} for {self.patience} evaluations in a row"
+
+
+def check_fits(config, streams: int, optimizer: str, available: int | None = None):
+    """Refuse (ValueError), before anything is allocated, a model whose float32 weights, gradients and optimizer state
+    ("sgd", "ntasgd" or "adamw"), with the recurrent state and pointer window of `streams` streams, need more memory
+    than the device has (a lower bound: activations come on top). `available`: bytes (default: the GPU's if there is
+    one, else the machine's)."""
+    with torch.device("meta"):  # sizes only, no memory
+        params = sum(p.numel() for p in PointerSentinelForCausalLM(config).parameters())
+    copies = {"adamw": 4, "ntasgd": 3, "sgd": 2}[optimizer]  # weights, gradients (+ Adam's two moments / the average)
+    window = streams * config.pointer_window * (4 * config.output_size + 8 + 1)  # states, ids, mask
+    need = 4 * params * copies + window
+    if available is None:
+        if torch.cuda.is_available():
+            available = torch.cuda.mem_get_info()[1]
+        else:
+            available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > available:
+        raise ValueError(
+            f"the model needs at least {need / 2**30:,.1f} GiB ({params:,} parameters x {copies} float32 copies with "
+            f"{optimizer}, and a pointer window of {config.pointer_window:,} x {config.output_size} per stream for "
+            f"{streams} streams), more than the {available / 2**30:,.1f} GiB this device has: use a smaller "
+            "hidden_size, pointer_window or batch"
+        )
+
+
+def accelerate_broadcast(accelerator, *flags: bool) -> tuple[bool, ...]:
+    """The main process's flags, on every rank (a collective: every rank must call it at the same step)."""
+    if accelerator.num_processes == 1:
+        return flags
+    from accelerate.utils import broadcast
+
+    return tuple(bool(f) for f in broadcast(torch.tensor(flags, device=accelerator.device)).tolist())
+
+
+class TimeLimit:
+    """A training time limit (examples/train.py's --max_train_minutes): training stops at the first optimizer step that
+    ends past it. `clock`: "wall" (time.perf_counter) or "cpu" (the process's CPU time, time.process_time).
+
+    Reading the host clock costs nothing, so one process checks after every step. Ranks must stop at the same step,
+    so with several processes the main process's clock decides, through a broadcast: at every log step (which all
+    ranks reach together) it says whether the limit has passed and whether it is near, i.e. within two of the longest
+    stretches between log steps so far; from a "near" decision on, it is broadcast after every step. Before the first
+    log step the limit counts as near (a run's first log_every steps are cheap to check), so the decision is precise
+    from the start and the broadcast per step (one host-device sync) is paid only close to the limit.
+    """
+
+    def __init__(self, accelerator, minutes: float | None, clock: str = "wall", earlier: float = 0.0):
+        self.accelerator, self.seconds = accelerator, None if minutes is None else 60 * minutes
+        self.now = time.perf_counter if clock == "wall" else time.process_time
+        self.start = self.last_log = self.now() - earlier  # `earlier`: seconds trained before a resume
+        self.longest_gap, self.near = 0.0, True
+
+    def elapsed(self) -> float:
+        return self.now() - self.start
+
+    def passed(self, optimizer_step: bool, log_step: bool) -> bool:
+        """Call on every rank after every segment: whether training must stop now."""
+        if self.seconds is None or not (optimizer_step or log_step):
+            return False
+        now = self.now()
+        over = now - self.start > self.seconds
+        if self.accelerator.num_processes == 1:
+            return over
+        if log_step:
+            self.longest_gap, self.last_log = max(self.longest_gap, now - self.last_log), now
+            near = now - self.start + 2 * self.longest_gap > self.seconds
+            over, self.near = accelerate_broadcast(self.accelerator, over, near)
+            return over
+        return self.near and accelerate_broadcast(self.accelerator, over)[0]
+
+
+class StopSignal:
+    """A signal (default SIGUSR1) that asks a run to stop at its next agreed point, an epoch end, on every rank. The
+    handler only sets a flag (installed from the main thread, where Python runs handlers; elsewhere, or without the
+    signal, none is); `asked` hands the flag to every rank through accelerate's trigger."""
+
+    def __init__(self, signum: int | None = getattr(signal, "SIGUSR1", None)):
+        self.received = threading.Event()
+        if signum is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signum, lambda *_: self.received.set())
+
+    def asked(self, accelerator) -> bool:
+        """Whether the signal reached any rank since the last call (a collective: every rank calls it together)."""
+        if self.received.is_set():
+            self.received.clear()
+            accelerator.set_trigger()
+        return accelerator.check_trigger()
+
+
+# ---- a new model and its training streams, checked before any training ----
+def config_for_tokenizer(tokenizer, fields: dict) -> PointerSentinelConfig:
+    """The config of a new model for `tokenizer`: its word count (vocab_size) and `<eos>` (also bos and pad) from it,
+    an open-vocabulary tokenizer's placeholders too (oov_slots, unk_token_id), and `fields` for the rest. `fields`
+    naming one of those: a ValueError; an invalid field: the config's own error."""
+    eos = tokenizer.eos_token_id
+    from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
+    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
+        from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
+    if given := sorted(set(from_tokenizer) & set(fields)):
+        raise ValueError(f"{', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id {eos}); "
+                         "leave them out")  # fmt: skip
+    return PointerSentinelConfig(**from_tokenizer, **fields)
+
+
+def check_streams(tokens: int, streams: int, scheme: str, bptt: int, window: int, stride: int):
+    """Refuse (ValueError) training streams too short for the scheme: `streams` streams (over all ranks) of `tokens`
+    tokens each. The window scheme needs streams longer than the pointer `window` and than one `stride`; the stateful
+    one at least two segments of `bptt`."""
+    if scheme == "window" and tokens <= window:
+        raise ValueError(
+            f"The pointer window ({window}) is longer than each training stream ({tokens} tokens with {streams} "
+            "streams); use a smaller window or batch."
+        )
+    if scheme == "window" and stride >= tokens - 1:
+        raise ValueError(
+            f"--stride {stride} is not shorter than each training stream ({tokens} tokens with {streams} streams); "
+            "use a smaller stride or batch."
+        )
+    if tokens < 2 * bptt and scheme == "stateful":
+        raise ValueError(f"Each of the {streams} streams holds {tokens} tokens, less than 2 x bptt.")
+
+
+def compile_for_training(model, backend: str = "inductor"):
+    """Compile `model`'s forward as one graph for its training calls only (`model.training`): evaluation, with other
+    shapes, keeps the eager forward rather than compiling again."""
+    eager_forward = model.forward
+    compiled_forward = torch.compile(eager_forward, fullgraph=True, backend=backend)
+    model.forward = lambda *a, **kw: (compiled_forward if model.training else eager_forward)(*a, **kw)

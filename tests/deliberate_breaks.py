@@ -23,6 +23,7 @@ GEN = "modeling_pointer_sentinel/generation_pointer_sentinel.py"
 C = "modeling_pointer_sentinel/configuration_pointer_sentinel.py"
 T, TR, TT = "examples/train.py", "modeling_pointer_sentinel/training.py", "tests/test_train.py"
 CKL, CKU = "modeling_pointer_sentinel/checkpointing.py", "tests/test_checkpointing.py"  # the library moved out of T
+TRU = "tests/test_training.py"  # training.py's run control on its own (moved out of T too)
 A = "tests/test_adaptive_softmax.py"
 E = "modeling_pointer_sentinel/evaluation.py"
 DYN = ["tests/test_dynamic_evaluation.py"]
@@ -393,17 +394,23 @@ MUTS = [
     ),
     (
         "train.py: an open-vocabulary tokenizer's placeholders counted as words",
-        T,
+        TR,
         "    from_tokenizer = dict(vocab_size=word_count(tokenizer), ",
         "    from_tokenizer = dict(vocab_size=len(tokenizer), ",
-        ["tests/test_open_vocabulary.py"],
+        [
+            "tests/test_open_vocabulary.py",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "train.py: a model built from an open-vocabulary tokenizer gets no placeholders",
-        T,
+        TR,
         '    if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer',
         "    if False:  # an open-vocabulary tokenizer",
-        ["tests/test_open_vocabulary.py"],
+        [
+            "tests/test_open_vocabulary.py",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "docs: the ONNX table apart from its results file",
@@ -777,41 +784,54 @@ MUTS = [
     ),
     (
         "loop: ntasgd decays the LR before it averages",
-        T,
-        'if args.optimizer != "ntasgd" or averager.active:',
+        TR,
+        "if not self.ntasgd or averager.active:",
         "if True:",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: ntasgd never decays the LR of the average",
-        T,
-        'if args.optimizer != "ntasgd" or averager.active:',
-        'if args.optimizer != "ntasgd":',
+        TR,
+        "if not self.ntasgd or averager.active:",
+        "if not self.ntasgd:",
         [
             f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
             f"{TT}::test_each_optimizer_is_what_it_is_named",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
         ],
     ),
     (
         "loop: sgd averages too",
-        T,
-        'args.optimizer == "ntasgd"\n            and not averager.active',
+        TR,
+        "self.ntasgd\n            and not averager.active",
         "True\n            and not averager.active",
-        [f"{TT}::test_each_optimizer_is_what_it_is_named"],
+        [
+            f"{TT}::test_each_optimizer_is_what_it_is_named",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: ntasgd stall stops the run before averaging",
-        T,
-        " or state.bad_epochs >= args.patience)",
+        TR,
+        " or state.bad_epochs >= self.patience)",
         ")",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: patience not reset when averaging starts",
-        T,
+        TR,
         "            state.bad_epochs = 0  # the patience judges",
         "            pass  # the patience judges",
-        [f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping"],
+        [
+            f"{TT}::test_ntasgd_stall_starts_the_average_instead_of_stopping",
+            f"{TRU}::test_plateau_schedule_ntasgd_starts_the_average_at_the_trigger_or_the_patience_then_decays",
+        ],
     ),
     (
         "loop: a resume may switch the clock",
@@ -871,42 +891,51 @@ MUTS = [
     ),
     (
         "loop: plateau count not reset by an improvement",
-        T,
-        "state.best_val, state.bad_epochs = val, 0",
-        "state.best_val = val",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        TR,
+        "state.best_val, state.bad_epochs = val_loss, 0",
+        "state.best_val = val_loss",
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: patience one late",
-        T,
-        "if state.bad_epochs >= args.patience:",
-        "if state.bad_epochs > args.patience:",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        TR,
+        "if state.bad_epochs < self.patience:",
+        "if state.bad_epochs <= self.patience:",
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "loop: lr_decay not applied",
-        T,
-        "state.lr *= args.lr_decay",
+        TR,
+        "state.lr *= self.lr_decay",
         "state.lr *= 1.0",
-        [f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau"],
+        [
+            f"{TT}::test_plateau_rule_resets_on_improvement_and_decays_each_plateau",
+            f"{TRU}::test_plateau_schedule_decays_the_lr_on_each_stall_and_stops_after_patience_stalls_in_a_row",
+        ],
     ),
     (
         "limit: one process checks at log steps only",
-        T,
+        TR,
         "return over\n        if log_step:",
         "return over and log_step\n        if log_step:",
         [f"{TT}::test_max_train_minutes_stops_at_the_first_step_past_the_limit"],
     ),
     (
         "limit: no broadcast per step near the limit",
-        T,
+        TR,
         "return self.near and accelerate_broadcast(self.accelerator, over)[0]",
         "return False",
         [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
     ),
     (
         "limit: never near",
-        T,
+        TR,
         "near = now - self.start + 2 * self.longest_gap > self.seconds",
         "near = False",
         [f"{TT}::test_time_limit_decision_is_made_every_step_near_the_limit"],
@@ -1703,7 +1732,7 @@ MUTS = [
     (
         "SIGUSR1: the stop never acted on",
         T,
-        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
         "        return False",
         [
             "tests/test_checkpoints.py::test_sigusr1_stops_at_the_epoch_end_with_the_best_weights_named_and_resumes_bit_exact"
@@ -1736,9 +1765,33 @@ MUTS = [
     (
         "SIGUSR1: a run at its step limit stopped instead of finished",
         T,
-        "        return not stop and state.epoch < args.num_train_epochs and accelerator.check_trigger()",
-        "        return state.epoch < args.num_train_epochs and accelerator.check_trigger()",
+        "        return not stop and state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
+        "        return state.epoch < args.num_train_epochs and stop_signal.asked(accelerator)",
         ["tests/test_checkpoints.py::test_sigusr1_stops_a_run_without_validation_at_its_epoch_end"],
+    ),
+    (
+        "stop signal: one SIGUSR1 asked at every epoch end",
+        TR,
+        "            self.received.clear()\n",
+        "",
+        [f"{TRU}::test_stop_signal_is_asked_once_per_signal_and_from_another_rank"],
+    ),
+    (
+        "check streams: a window scheme's stream no longer than the window accepted",
+        TR,
+        '    if scheme == "window" and tokens <= window:',
+        "    if False:",
+        [f"{TRU}::test_check_streams_refuses_streams_too_short_for_the_scheme"],
+    ),
+    (
+        "plateau schedule: min_improvement ignored",
+        TR,
+        "improves(val_loss, state.best_val, self.min_improvement)",
+        "improves(val_loss, state.best_val)",
+        [
+            f"{TRU}::test_plateau_schedule_counts_a_gain_below_min_improvement_as_a_stall",
+            f"{TT}::test_gains_below_min_improvement_decay_the_lr_and_stop_training",
+        ],
     ),
     (
         "checkpoint: written under its final name",
@@ -2008,7 +2061,7 @@ MUTS = [
     ),
     (
         "time budget: --clock cpu reads the wall clock",
-        T,
+        TR,
         'self.now = time.perf_counter if clock == "wall" else time.process_time',
         "self.now = time.perf_counter",
         ["tests/test_train.py::test_time_budget_counts_every_resumed_run_and_the_cpu_clock"],
@@ -2068,10 +2121,13 @@ MUTS = [
     ),
     (
         "train config may set vocab_size",
-        T,
-        "    if given := sorted(set(from_tokenizer) & set(args.model)):",
+        TR,
+        "    if given := sorted(set(from_tokenizer) & set(fields)):",
         "    if given := []:",
-        ["tests/test_cli.py::test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line"],
+        [
+            "tests/test_cli.py::test_a_wrong_model_entry_in_a_train_config_ends_in_one_error_line",
+            f"{TRU}::test_config_for_tokenizer_takes_the_vocabulary_and_ids_from_the_tokenizer",
+        ],
     ),
     (
         "try_pretrained checks the test file after the samples",
@@ -2096,10 +2152,13 @@ MUTS = [
     ),
     (
         "window stride longer than the streams accepted",
-        T,
-        '    if args.scheme == "window" and stride >= train.shape[1] - 1:',
+        TR,
+        '    if scheme == "window" and stride >= tokens - 1:',
         "    if False:",
-        ["tests/test_train.py::test_a_window_stride_longer_than_the_streams_is_one_error_before_training"],
+        [
+            "tests/test_train.py::test_a_window_stride_longer_than_the_streams_is_one_error_before_training",
+            f"{TRU}::test_check_streams_refuses_streams_too_short_for_the_scheme",
+        ],
     ),
     (
         "no validation: NaN drives the schedule again",
@@ -2127,17 +2186,23 @@ MUTS = [
     ),
     (
         "size check: refuses nothing",
-        T,
-        "    if need > available:\n        fail(",
-        "    if False:\n        fail(",
-        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+        TR,
+        "    if need > available:\n        raise ValueError(",
+        "    if False:\n        raise ValueError(",
+        [
+            f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs",
+            f"{TRU}::test_check_fits_refuses_the_model_that_needs_more_than_the_device_has",
+        ],
     ),
     (
         "size check: the pointer window left out",
-        T,
+        TR,
         "    need = 4 * params * copies + window",
         "    need = 4 * params * copies",
-        [f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs"],
+        [
+            f"{TT}::test_a_model_that_cannot_fit_is_refused_with_the_size_it_needs",
+            f"{TRU}::test_check_fits_refuses_the_model_that_needs_more_than_the_device_has",
+        ],
     ),
 ]
 MUTS += [
@@ -3307,6 +3372,23 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
         "apt-get install -y -q chromium;",
         "apt-get install -y -q chromium-driver;",
         [f"{TB}::test_ci_installs_chromium_as_the_readme_says"],
+    ),
+]
+
+MUTS += [  # issue 54 part 4: train.py's simulated unseen words follow the model's pointer window
+    (
+        "simulated unseen words: train.py accepts a block shorter than the pointer window",
+        T,
+        "        if args.unseen_word_block < cfg.pointer_window:",
+        "        if args.unseen_word_block < 0:",
+        ["tests/test_open_vocabulary.py::test_train_py_teaches_copying_with_simulated_unseen_words"],
+    ),
+    (
+        "simulated unseen words: the window has a silent default again",
+        TR,
+        "block: int = 1000, seed: int = 0, *, window: int) -> torch.Tensor:",
+        "block: int = 1000, seed: int = 0, *, window: int = 1000) -> torch.Tensor:",
+        ["tests/test_open_vocabulary.py::test_simulated_unseen_words_match_the_loop_reference"],
     ),
 ]
 

@@ -274,9 +274,8 @@ def test_simulated_unseen_words_match_the_loop_reference(slots, window, block, r
     assert changed.any() and (torch.bincount(ids)[ids[changed]] <= max_count).all()  # only rare words play unseen
     assert ((out[changed] >= 40) & (out[changed] < 40 + slots)).all() and (out[~changed] < 40).all()
     assert window_clashes(ids, out, 40, window) == 0
-    # without a window, the block is the window (the safe side)
-    assert torch.equal(simulate_unseen_words(ids, 40, slots, rate, max_count, block, seed=1),
-                       simulate_reference(ids, 40, slots, rate, max_count, block, seed=1))  # fmt: skip
+    with pytest.raises(TypeError):  # no silent default: the caller names the pointer window
+        simulate_unseen_words(ids, 40, slots, rate, max_count, block, seed=1)
 
 
 def test_simulated_unseen_words_meet_the_rate_at_every_block_position():
@@ -486,6 +485,9 @@ def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run("closed", "--unseen_word_rate", "0.5")
     assert "--unseen_word_rate needs a model with oov_slots >= 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the tiny models' window is 10: a shorter block would share slots in a window
+        run("open", "--unseen_word_rate", "1", "--unseen_word_block", "9")
+    assert "--unseen_word_block (9) must be at least the model's pointer_window (10)" in capsys.readouterr().err
 
 
 def test_generate_stops_at_a_stop_string_given_the_tokenizer():

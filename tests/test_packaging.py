@@ -39,7 +39,7 @@ def test_every_directly_imported_package_is_declared():
                      if dist(m) not in required and m != "matplotlib")  # fmt: skip
     # examples/lm_eval_wikitext.py, examples/export_onnx.py and examples/onnx_generate.py need their extras
     optional_examples = {"lm_eval": "lm-eval", "onnx": "onnx", "onnxruntime": "onnx", "onnxscript": "onnx",
-                         "numpy": "onnx"}  # fmt: skip
+                         "numpy": "onnx", "gradio": "demo"}  # fmt: skip
     missing = sorted(m for m in missing if not (m in optional_examples and dist(m) in names[optional_examples[m]]))
     assert missing == [], f"imported by the package or the examples but not in dependencies: {missing}"
     assert "matplotlib" in names["analysis"] and "matplotlib" in names["dev"]  # optional: pictures only

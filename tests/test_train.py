@@ -14,7 +14,7 @@ import torch
 from conftest import ROOT, tiny_model
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from modeling_pointer_sentinel import PointerSentinelCache
+from modeling_pointer_sentinel import PointerSentinelCache, training
 from modeling_pointer_sentinel.training import (
     ParameterAverager,
     improves,
@@ -675,7 +675,8 @@ def test_each_optimizer_is_what_it_is_named(optimizer, small_corpus, tmp_path, o
     decaying the LR on a plateau too. All take --weight_decay."""
     train = train_module()
     calls = []
-    monkeypatch.setattr(train, "nt_asgd_triggered", lambda losses, nonmono: calls.append((list(losses), nonmono)) or 1)
+    trigger = lambda losses, nonmono: calls.append((list(losses), nonmono)) or 1  # noqa: E731
+    monkeypatch.setattr(training, "nt_asgd_triggered", trigger)
     out = tmp_path / "out"
     train.main(small_args(small_corpus, out, "--optimizer", optimizer, "--learning_rate", "0.01",
                           "--weight_decay", "0.03", "--num_train_epochs", "2", "--min_improvement", "0.99",
@@ -704,10 +705,10 @@ def test_ntasgd_evaluates_and_saves_the_running_average(
     (the decision scripted). With no validation there is nothing to trigger on: plain SGD, its last weights saved."""
     train = train_module()
     trigger_at = []
-    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: trigger_at.append(len(optimizer_steps)) or True)
+    monkeypatch.setattr(training, "nt_asgd_triggered", lambda *a: trigger_at.append(len(optimizer_steps)) or True)
     verdicts = iter([True, case == "best is the average"])
     if case != "no validation":
-        monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+        monkeypatch.setattr(training, "improves", lambda *a: next(verdicts))
     out = tmp_path / "out"
     results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "2",
                                     validation=case != "no validation"))  # fmt: skip
@@ -737,9 +738,9 @@ def test_ntasgd_stall_starts_the_average_instead_of_stopping(small_corpus, tmp_p
     count towards the average, and halves (--lr_decay 0.5) at each stall of the average, as GluonNLP's recipe lowers
     its rate on the average's plateaus."""
     train = train_module()
-    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: False)
+    monkeypatch.setattr(training, "nt_asgd_triggered", lambda *a: False)
     verdicts = iter([True, False, False, False, False, True])
-    monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+    monkeypatch.setattr(training, "improves", lambda *a: next(verdicts))
     out = tmp_path / "out"
     results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "8",
                                     "--patience", "2", "--log_every", "1000", "--learning_rate", "1.0",
@@ -760,7 +761,7 @@ def test_ntasgd_validation_counts_the_better_of_the_average_and_the_live_weights
     stall rule, the best weights kept, and the model the run ends on. Averaging from the first epoch's end, at a low LR
     the live weights pass their lagging average; at a high one the average smooths out their noise and wins."""
     train = train_module()
-    monkeypatch.setattr(train, "nt_asgd_triggered", lambda *a: True)
+    monkeypatch.setattr(training, "nt_asgd_triggered", lambda *a: True)
     out = tmp_path / "out"
     results = train.main(small_args(small_corpus, out, "--optimizer", "ntasgd", "--num_train_epochs", "4",
                                     "--log_every", "1000", "--learning_rate", lr))  # fmt: skip
@@ -778,7 +779,7 @@ def test_plateau_rule_resets_on_improvement_and_decays_each_plateau(small_corpus
     each plateau, the count of plateaus in a row restarts at an improvement, and the second plateau in a row stops."""
     train = train_module()
     verdicts = iter([True, False, True, False, False, True])
-    monkeypatch.setattr(train, "improves", lambda *a: next(verdicts))
+    monkeypatch.setattr(training, "improves", lambda *a: next(verdicts))
     out = tmp_path / "out"
     results = train.main(small_args(small_corpus, out, "--num_train_epochs", "6", "--patience", "2", "--lr_decay",
                                     "0.5", "--log_every", "1000"))  # fmt: skip
@@ -788,7 +789,7 @@ def test_plateau_rule_resets_on_improvement_and_decays_each_plateau(small_corpus
 
 
 class FakeClock:
-    """train.py's time.perf_counter, advanced by one second per optimizer step."""
+    """training.TimeLimit's time.perf_counter, advanced by one second per optimizer step."""
 
     def __init__(self):
         self.now = 0.0
@@ -809,7 +810,7 @@ def test_max_train_minutes_stops_at_the_first_step_past_the_limit(small_corpus, 
     when the loop logged: here at the epoch's end, ~20 updates)."""
     train = train_module()
     clock = FakeClock()
-    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(training, "time", clock)
     handle = register_optimizer_step_post_hook(clock.tick)
     try:
         out = tmp_path / "out"
@@ -828,7 +829,7 @@ def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tm
     CPU time (here twice the wall time): the same budget ends at step 4. Resuming with the other clock is an error."""
     train = train_module()
     clock = FakeClock()
-    monkeypatch.setattr(train, "time", clock)
+    monkeypatch.setattr(training, "time", clock)
     handle = register_optimizer_step_post_hook(clock.tick)
     out = tmp_path / "out"
     budget = ["--max_train_minutes", "0.1", "--log_every", "1000", "--num_train_epochs", "3"]
@@ -852,21 +853,20 @@ def test_time_budget_counts_every_resumed_run_and_the_cpu_clock(small_corpus, tm
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_time_limit_decision_is_made_every_step_near_the_limit(processes, monkeypatch):
-    """The stop decision of train.TimeLimit, step by step, with a fake clock (1 s per update, a log step every 10,
+    """The stop decision of training.TimeLimit, step by step, with a fake clock (1 s per update, a log step every 10,
     a limit of 30 s) and, for 2 processes, a recorded broadcast (the collective every rank must enter together, at
     steps that depend only on broadcast values). One process: no collective. Two: broadcast every step until the
     first log step (near until shown otherwise), at log steps, and every step from the log step that finds the limit
     within two log intervals (step 20: 20 + 2 x 10 > 30). Both stop at step 31, the first to end past 30 s."""
-    train = train_module()
     clock, collectives = FakeClock(), []
 
     def broadcast(accelerator, *flags):
         collectives.append(int(clock.now))
         return flags
 
-    monkeypatch.setattr(train, "time", clock)
-    monkeypatch.setattr(train, "accelerate_broadcast", broadcast)
-    limit = train.TimeLimit(types.SimpleNamespace(num_processes=processes), 0.5)
+    monkeypatch.setattr(training, "time", clock)
+    monkeypatch.setattr(training, "accelerate_broadcast", broadcast)
+    limit = training.TimeLimit(types.SimpleNamespace(num_processes=processes), 0.5)
     for step in range(1, 100):
         clock.tick()
         if limit.passed(True, step % 10 == 0):
