@@ -3319,6 +3319,58 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
     ),
 ]
 
+MUTS += [  # issue 53: train.py's library moved into the package, each piece under its own unit test
+    (
+        "start_run: latest resumes nothing",
+        CKL,
+        '    if resume_from == "latest":\n        resume = find_latest(accelerator, out_dir)',
+        '    if resume_from == "latest":\n        resume = None',
+        [f"{CKU}::test_start_run_finds_the_checkpoint_claims_the_run_and_checks_the_stream_layout"],
+    ),
+    (
+        "load_resume: the checkpoint's lr_scale kept",
+        TR,
+        '        group["lr_scale"] = scale',
+        "        pass",
+        [f"{CKU}::test_load_resume_loads_the_run_keeps_this_runs_rates_and_reseeds_on_another_world_size"],
+    ),
+    (
+        "running loss: not reset when read",
+        TR,
+        "        self.nll, self.count = torch.zeros_like(self.nll), 0",
+        "        pass",
+        [f"{TRU}::test_running_loss_is_the_mean_per_target_since_its_last_read"],
+    ),
+    (
+        "mean_nll: leaves the model in evaluation mode",
+        E,
+        "    model.train(training)",
+        "    pass",
+        [f"{TRU}::test_mean_nll_and_validate_score_the_average_and_the_live_weights"],
+    ),
+    (
+        "split_arrays: an empty training split accepted",
+        "modeling_pointer_sentinel/data.py",
+        '        raise ValueError("The training split is empty.")',
+        "        pass",
+        [f"{TRU}::test_split_arrays_map_each_split_and_refuse_an_empty_training_split"],
+    ),
+    (
+        "rank_streams: evaluation splits in the training batch",
+        TR,
+        "        s: shard_streams(t, eval_batch_size, num_processes, process_index).to(device)",
+        "        s: shard_streams(t, batch_size, num_processes, process_index).to(device)",
+        [f"{TRU}::test_rank_streams_shard_each_split_in_its_own_batch"],
+    ),
+    (
+        "best weights: the average kept after the end of training",
+        CKL,
+        "        self.averager.average = None\n",
+        "",
+        [f"{CKU}::test_best_weights_restore_the_best_else_the_average_and_drop_the_average"],
+    ),
+]
+
 MUTS += [  # issue 54 part 4: train.py's simulated unseen words follow the model's pointer window
     (
         "simulated unseen words: train.py accepts a block shorter than the pointer window",
