@@ -19,7 +19,6 @@ import functools
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -248,10 +247,9 @@ def parse_args(argv=None):
 if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
     parse_args()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
-from accelerate.utils import InitProcessGroupKwargs, broadcast_object_list, send_to_device, set_seed  # noqa: E402
+from accelerate.utils import InitProcessGroupKwargs, set_seed  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402  (pipeline: imported where used, 2-4 s)
 
@@ -260,48 +258,41 @@ from modeling_pointer_sentinel.checkpointing import (  # noqa: E402
     BestWeights,
     CheckpointError,
     TrainState,
-    claim_run,
-    find_latest,
-    layout_mismatch,
-    load_checkpoint,
-    new_run_id,
-    read_manifest,
-    resharded_stream_state,
+    check_tokens_per_stream,
+    delete_foreign,
     save_checkpoint,
     save_tied_weights_once,
-    saved_weight_names,
+    start_run,
     stream_layout,
 )
 from modeling_pointer_sentinel.data import (  # noqa: E402
     cached_word_level_tokenizer,
-    read_meta,
-    token_array,
-    token_counts,
+    split_arrays,
 )
-from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.evaluation import mean_nll, validate  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     PlateauSchedule,
+    RunningLoss,
     StopSignal,
     TimeLimit,
     activation_penalty,
     check_fits,
     check_frequency_order,
     check_streams,
+    check_unk_rates,
     compile_for_training,
     config_for_tokenizer,
-    is_oov_weight,
+    load_resume,
+    make_optimizer,
     make_segment,
     number_slots_per_row,
-    parameter_groups,
+    rank_streams,
     run_segment,
     segment_schedule,
-    shard_streams,
-    simulate_unseen_words,
+    simulate_unseen_training_words,
     start_oov_pointer,
     suppress_unk_in_generation,
-    unk_rate_of_counts,
-    unk_token_id,
     word_count,
 )
 
@@ -363,29 +354,19 @@ def main(argv=None):
             "Launched with several processes but Accelerate sees one: on CPU pass --cpu "
             "(accelerate launch --multi_gpu --num_processes N examples/train.py --cpu)."
         )
-    W, rank = accelerator.num_processes, accelerator.process_index
+    W = accelerator.num_processes
     set_seed(args.seed, device_specific=True)  # dropout masks differ per rank, as in one big batch
 
     # ---- which checkpoint to resume, and which run this is (every rank reads the same folders) ----
     out_dir = Path(args.output_dir)
-    resume = args.resume_from_checkpoint and Path(args.resume_from_checkpoint)
-    if args.resume_from_checkpoint == "latest":
-        resume = find_latest(accelerator, out_dir)
+    B, E = args.per_device_train_batch_size, args.per_device_eval_batch_size
     try:
-        run, foreign = claim_run(
-            out_dir,
-            resume,
-            args.overwrite_output_dir,
-            say=accelerator.print,
-            new_id=lambda: broadcast_object_list([new_run_id()])[0] if W > 1 else new_run_id(),
+        resume, run, foreign, saved_layout = start_run(
+            accelerator, out_dir, args.resume_from_checkpoint, args.overwrite_output_dir, B, E
         )
-    except CheckpointError as e:  # another run's checkpoints in the folder
+    except CheckpointError as e:  # another run's checkpoints in the folder, or another stream layout
         fail(e)
     run_id = run["run_id"]
-    B, E = args.per_device_train_batch_size, args.per_device_eval_batch_size
-    saved_layout = (read_manifest(resume) or {}).get("layout") if resume else None
-    if resume and (why := layout_mismatch(resume, saved_layout, W, B, E)):
-        fail(why)
 
     # ---- data, tokenizer, model (all checks before any training) ----
     with accelerator.main_process_first():  # rank 0 fills the token cache (data.py), the others then read it
@@ -394,12 +375,10 @@ def main(argv=None):
             fail("no training split: give --train_file (or --dataset_name)")
         tokenizer = build_tokenizer(args, sources["train"])
         files = cached_split_files(args, tokenizer, sources, progress=accelerator.is_main_process)
-    # Memory maps of the cached ids (2 or 4 bytes a token on disk): the streams convert a batch at a time, and each
-    # id's count (written with the ids) gives the frequency order and the <unk> rates without a pass over them.
-    ids = {s: token_array(f) for s, f in files.items()}
-    counts = {s: token_counts(f) for s, f in files.items()}
-    if not read_meta(files["train"])["words"]:
-        fail("The training split is empty.")
+    try:  # memory maps of the cached ids, and each id's count (the frequency order and the <unk> rates)
+        ids, counts = split_arrays(files)
+    except ValueError as e:  # an empty training split
+        fail(e)
     model = build_model(args, tokenizer)
     cfg = model.config
     try:
@@ -407,57 +386,33 @@ def main(argv=None):
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
-        if cfg.oov_slots < 2:
-            fail("--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)")
-        if args.unseen_word_block < cfg.pointer_window:
-            fail(f"--unseen_word_block ({args.unseen_word_block}) must be at least the model's pointer_window "
-                 f"({cfg.pointer_window}), or one slot would stand for two words in a window")  # fmt: skip
-        flat = torch.from_numpy(ids["train"].astype(np.int64))  # in memory (int64): the simulation rewrites it
-        ids["train"] = simulate_unseen_words(flat, cfg.vocab_size, cfg.oov_slots, args.unseen_word_rate,
-                                             args.unseen_word_max_count, args.unseen_word_block, args.seed,
-                                             window=cfg.pointer_window)  # fmt: skip
-        counts["train"] = torch.bincount(ids["train"]).numpy()
-    unk_id = unk_token_id(tokenizer)
-    unk_rates = {split: unk_rate_of_counts(c, unk_id) for split, c in counts.items()}
-    accelerator.print("<unk> rate: " + " | ".join(f"{s} {r:.2%}" for s, r in unk_rates.items()))
-    if too_high := {s: r for s, r in unk_rates.items() if r > args.max_unk_rate}:
-        fail(
-            f"{', '.join(f'{r:.1%} of the {s} tokens' for s, r in too_high.items())} are <unk> (more than "
-            f"--max_unk_rate {args.max_unk_rate:g}): the tokenizer does not fit this data, and the perplexity would "
-            "mean little. Give the data the tokenizer was built for (with no data flags the bundled WikiText-2 is "
-            "used), leave out --tokenizer_name to build one from the training split, or raise --max_unk_rate."
-        )
+        try:
+            ids["train"], counts["train"] = simulate_unseen_training_words(
+                ids["train"], cfg, args.unseen_word_rate, args.unseen_word_max_count, args.unseen_word_block, args.seed
+            )
+        except ValueError as e:  # no placeholder slots, or a block shorter than the pointer window
+            fail(e)
+    try:
+        unk_rates = check_unk_rates(counts, tokenizer, args.max_unk_rate, say=accelerator.print)
+    except ValueError as e:  # the tokenizer does not fit the data
+        fail(e)
     if args.eval_max_tokens:
         ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
-    B = args.per_device_train_batch_size
     stride = args.stride if args.stride is not None else cfg.pointer_window
     try:
-        train = shard_streams(ids["train"], B, W, rank)
-        if args.unseen_word_rate:
+        train, evals = rank_streams(ids, B, E, W, accelerator.process_index, accelerator.device)
+        if args.unseen_word_rate:  # each row's slots from 0, as the tokenizer numbers a text's unseen words
             train = number_slots_per_row(train, cfg.vocab_size)
-        train = train.to(accelerator.device)
-        evals = {
-            s: shard_streams(t, args.per_device_eval_batch_size, W, rank).to(accelerator.device)
-            for s, t in ids.items()
-            if s != "train"
-        }
         check_streams(train.shape[1], W * B, args.scheme, args.bptt, cfg.pointer_window, stride)
-    except ValueError as e:  # too few tokens for the streams, or for the scheme
+        check_tokens_per_stream(resume, saved_layout, train.shape[1])
+    except ValueError as e:  # too few tokens for the streams or for the scheme, or not the checkpoint's
         fail(e)
-    if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:
-        fail(
-            f"{resume} was trained on {saved_layout['tokens_per_stream']} tokens per stream, this training data gives "
-            f"{train.shape[1]}: resume it with the training data (and --unseen_word_rate) it was trained with"
-        )
 
     if args.oov_pointer_learning_rate and not cfg.oov_pointer:
         fail("--oov_pointer_learning_rate is the rate of the placeholders' own weights: add --oov_pointer")
-    groups = parameter_groups(model, (args.oov_pointer_learning_rate or args.learning_rate) / args.learning_rate)
-    scales = [g["lr_scale"] for g in groups]  # this run's, not a checkpoint's (loading restores the saved groups)
-    if args.optimizer == "adamw":
-        optimizer = torch.optim.AdamW(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
-    else:
-        optimizer = torch.optim.SGD(groups, lr=args.learning_rate, weight_decay=args.weight_decay)
+    optimizer = make_optimizer(
+        model, args.optimizer, args.learning_rate, args.weight_decay, args.oov_pointer_learning_rate
+    )
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
     if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again
@@ -470,30 +425,11 @@ def main(argv=None):
     cache = PointerSentinelCache()
     if resume:
         try:  # a forged or damaged file: one line that names it, before anything of it is loaded
-            saved_oov = any(is_oov_weight(k) for k in saved_weight_names(resume))
-            if saved_oov != cfg.oov_pointer:
-                fail(f"{resume} was trained {'with' if saved_oov else 'without'} the placeholders' own weights: "
-                     f"resume it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip
-            load_checkpoint(accelerator, resume, states)
-            # Another world size takes the same streams in other shares (see stream_layout). Read on the CPU, then
-            # moved onto this run's device: a checkpoint saved on a GPU resumes on a CPU, and the other way round.
-            saved_batch = saved_layout["per_device_train_batch_size"] if saved_layout else B
-            stream = resharded_stream_state(resume, saved_batch, B, rank)
+            stream = load_resume(accelerator, resume, states, saved_layout, B, cfg.oov_pointer, optimizer, args.seed)
         except CheckpointError as e:
             fail(e)
-        for group, scale in zip(optimizer.param_groups, scales, strict=True):
-            group["lr_scale"] = scale
-        cache.load_state_dict(send_to_device(stream, accelerator.device))
-        if saved_layout and saved_layout["world_size"] != W:  # the saved RNG states were other ranks' (see above)
-            set_seed(args.seed + state.step, device_specific=True)
-            accelerator.print(
-                f"resumed the {W * B} streams of {saved_layout['world_size']} process(es) on {W}: each continues "
-                "where it stopped; the RNGs are reseeded from --seed and the step"
-            )
-    if foreign and accelerator.is_main_process:  # --overwrite_output_dir, once the checkpoint resumed from is loaded
-        for folder in foreign:
-            shutil.rmtree(folder)
-        accelerator.print(f"--overwrite_output_dir: deleted {len(foreign)} checkpoint(s) of another run")
+        cache.load_state_dict(stream)
+    delete_foreign(accelerator, foreign)  # --overwrite_output_dir, once the checkpoint resumed from is loaded
     accelerator.wait_for_everyone()
     if state.clock not in (None, args.clock):  # one run's minutes are all wall or all CPU
         fail(f"{resume} counted its training time with --clock {state.clock}: resume it with --clock {state.clock}")
@@ -521,22 +457,6 @@ def main(argv=None):
         if args.with_tracking:
             accelerator.log(record, step=state.step)
 
-    def evaluate(split, live=False):
-        model.eval()
-        if not live:
-            averager.swap()  # NT-ASGD evaluates (and saves) the averaged weights
-        rows, length = evals[split].shape
-        bar = tqdm(total=rows * (length - 1), desc=split, unit="tok", leave=False,
-                   disable=not accelerator.is_local_main_process)  # fmt: skip
-        outputs = collect_outputs(raw, evals[split], args.eval_bptt, progress=bar)
-        nll, count = -outputs.log_probs.double().sum().item(), outputs.targets.numel()
-        bar.close()
-        if not live:
-            averager.swap()
-        model.train()
-        totals = accelerator.reduce(torch.tensor([nll, count], dtype=torch.float64, device=accelerator.device), "sum")
-        return totals[0].item() / totals[1].item()
-
     # ---- training ----
     time_limit = TimeLimit(accelerator, args.max_train_minutes, args.clock, state.train_seconds)
     plateau = PlateauSchedule(
@@ -561,8 +481,7 @@ def main(argv=None):
             total = min(total, state.segment + (args.max_train_steps - state.step) * args.gradient_accumulation_steps)
         bar = tqdm(total=total, initial=state.segment, desc=f"epoch {state.epoch + 1}",
                    disable=not accelerator.is_local_main_process)  # fmt: skip
-        # The running loss stays on the device; the host reads it only when it logs (no sync per segment).
-        t0, tokens, run_nll, run_n = time.perf_counter(), 0, torch.zeros((), dtype=torch.float64), 0
+        t0, tokens, running = time.perf_counter(), 0, RunningLoss()  # the host reads the loss only when it logs
         for p, k in schedule[state.segment :]:
             seg = make_segment(train, p, k, args.scheme, cfg.pointer_window, stride)
             with accelerator.accumulate(model):
@@ -581,20 +500,17 @@ def main(argv=None):
             if accelerator.sync_gradients:
                 state.step += 1
                 averager.update()
-            run_nll = run_nll.to(nll.device) + nll.detach().double()
-            run_n += k * B
+            running.add(nll, k * B)
             tokens += k * B * W  # targets trained on, all ranks
             state.targets_seen += k * B * W
             bar.update(1)
             log_now = state.step % args.log_every == 0 or state.segment == len(schedule)
             if log_now:
                 rate = tokens / (time.perf_counter() - t0)  # targets per second
-                sums = accelerator.reduce(torch.stack([run_nll, run_nll.new_tensor(run_n)]), "sum")
-                train_loss = (sums[0] / sums[1]).item()  # over all ranks: one process with batch W*B logs the same
+                train_loss = running.read(accelerator)  # over all ranks: one process with batch W*B logs the same
                 bar.set_postfix(loss=f"{train_loss:.3f}", ppl=f"{math.exp(train_loss):.1f}", tok_s=f"{rate:.0f}")
                 log({"step": state.step, "epoch": state.epoch, "train_loss": train_loss,
                      "train_ppl": math.exp(train_loss), "lr": lr, "targets_per_s": rate, "world_size": W})  # fmt: skip
-                run_nll, run_n = torch.zeros_like(run_nll), 0
             if args.checkpointing_steps and state.step % args.checkpointing_steps == 0 and accelerator.sync_gradients:
                 state.train_seconds = time_limit.elapsed()
                 save_checkpoint(accelerator, out_dir, state.step, states, cache, args.checkpoints_total_limit, run,
@@ -618,11 +534,7 @@ def main(argv=None):
             if paused := stop_asked():
                 break
             continue
-        val, source, both = evaluate("validation"), "average" if averager.active else "model", {}
-        if averager.active:  # once its LR has decayed, the live model can pass its lagging average: validation picks
-            live = evaluate("validation", live=True)
-            both = {"valid_ppl_average": math.exp(val), "valid_ppl_live": math.exp(live)}
-            val, source = min((val, source), (live, "model"))
+        val, source, both = validate(accelerator, model, evals["validation"], args.eval_bptt, averager)
         improved, started = plateau.step(state, val, averager)  # the LR decay, NT-ASGD's trigger, the patience
         if improved:
             best.keep(source)
@@ -654,15 +566,11 @@ def main(argv=None):
     # training and per-epoch validation in every resumed run (less what a kill lost after its last checkpoint), not
     # the final passes
     train_minutes = time_limit.elapsed() / 60
-    if best.weights is not None:
-        raw.load_state_dict(best.weights)  # with NT-ASGD, the average's or the live weights', as validation chose
-    elif averager.active:
-        averager.swap()
-    averager.average = None  # the final weights are in the model now
+    best.restore()  # with NT-ASGD, the average's or the live weights', as validation chose
     results = {}
     for split in ("validation", "test"):
         if split in evals:
-            results[f"{split}_ppl"] = math.exp(evaluate(split))
+            results[f"{split}_ppl"] = math.exp(mean_nll(accelerator, model, evals[split], args.eval_bptt, desc=split))
     results["train_minutes"] = train_minutes
     results["targets_seen"] = state.targets_seen
     results["epochs"] = state.epoch + state.segment / epoch_segments  # completed epochs, fractional

@@ -33,8 +33,10 @@ import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from accelerate.utils import broadcast_object_list
 from accelerate.utils import load as accelerate_load
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_bytes
@@ -164,6 +166,50 @@ def claim_run(
             "another --output_dir, or --overwrite_output_dir to delete them"
         )
     return {"run_id": run_id, "own": own, "parent": parent}, foreign
+
+
+class RunStart(NamedTuple):
+    """What `start_run` found: the checkpoint to resume (None: a fresh start), this run's identity (claim_run), the
+    other runs' checkpoints to delete once `resume` is loaded, and the stream layout `resume` recorded."""
+
+    resume: Path | None
+    run: dict
+    foreign: list[Path]
+    layout: dict | None
+
+
+def start_run(
+    accelerator, out_dir: Path, resume_from: str | None, overwrite: bool, batch_size: int, eval_batch_size: int
+) -> RunStart:
+    """Which checkpoint a run resumes, and which run it is, alike on every rank (each reads the same folders).
+    `resume_from`: a step_N folder, "latest" (find_latest: None when out_dir holds no whole checkpoint) or None; the
+    run id a new run gets is the main process's. CheckpointError when out_dir holds another run's checkpoints and
+    `overwrite` is off (claim_run), or when this launch (its processes with batch_size training and eval_batch_size
+    evaluation streams each) would cut the corpus into other streams than the checkpoint's (layout_mismatch)."""
+    W = accelerator.num_processes
+    resume = resume_from and Path(resume_from)
+    if resume_from == "latest":
+        resume = find_latest(accelerator, out_dir)
+    run, foreign = claim_run(
+        out_dir,
+        resume,
+        overwrite,
+        say=accelerator.print,
+        new_id=lambda: broadcast_object_list([new_run_id()])[0] if W > 1 else new_run_id(),
+    )
+    layout = (read_manifest(resume) or {}).get("layout") if resume else None
+    if resume and (why := layout_mismatch(resume, layout, W, batch_size, eval_batch_size)):
+        raise CheckpointError(why)
+    return RunStart(resume, run, foreign, layout)
+
+
+def delete_foreign(accelerator, foreign: list[Path]):
+    """Main process: delete the other runs' checkpoints that claim_run found in the output folder (with `overwrite`),
+    to be called once the checkpoint resumed from is loaded (it may be one of them); says how many."""
+    if foreign and accelerator.is_main_process:
+        for folder in foreign:
+            shutil.rmtree(folder)
+        accelerator.print(f"--overwrite_output_dir: deleted {len(foreign)} checkpoint(s) of another run")
 
 
 def tidy_checkpoints(out_dir: Path, keep: int | None, own: set, say=print):
@@ -424,6 +470,16 @@ class BestWeights:
             average = dict(zip(map(id, self.averager.params), self.averager.average, strict=True))
         return {n: average.get(id(t), t) for n, t in self.model.state_dict(keep_vars=True).items()}
 
+    def restore(self):
+        """At the end of training: the best weights into the model (with NT-ASGD, the average's or the live weights',
+        as validation chose), else the average while there is one; the average is then dropped (the final weights
+        are the model's)."""
+        if self.weights is not None:
+            self.model.load_state_dict(self.weights)
+        elif self.averager.active:
+            self.averager.swap()
+        self.averager.average = None
+
     def keep(self, name="model"):
         """Copy the model's state (or a source's); a tied matrix is copied, and so saved, once."""
         copies: dict[int, torch.Tensor] = {}
@@ -498,6 +554,16 @@ def layout_mismatch(resume: Path, saved: dict | None, W: int, B: int, E: int) ->
         f"{saved['per_device_train_batch_size']} and {saved['per_device_eval_batch_size']}), this launch would make "
         f"{W * B} and {W * E} ({W} x {B} and {E}), which would cut the corpus into other streams: resume with {how}"
     )
+
+
+def check_tokens_per_stream(resume: Path, saved: dict | None, tokens: int):
+    """Refuse (CheckpointError) to resume `resume`, whose manifest recorded the layout `saved` (None: not checked), on
+    training streams of another length, `tokens` each: other training text, whose streams would not continue."""
+    if saved and saved["tokens_per_stream"] != tokens:
+        raise CheckpointError(
+            f"{resume} was trained on {saved['tokens_per_stream']} tokens per stream, this training data gives "
+            f"{tokens}: resume it with the training data (and --unseen_word_rate) it was trained with"
+        )
 
 
 def resharded_stream_state(resume: Path, saved_batch: int, B: int, rank: int) -> dict:

@@ -539,6 +539,18 @@ def token_counts(bin_path: Path) -> np.ndarray:
     return np.load(bin_path.with_name(bin_path.name.removesuffix(".bin") + ".counts.npy"))
 
 
+def split_arrays(files: dict) -> tuple[dict, dict]:
+    """Each split's id file (split name -> `token_file`'s path) as a memory map (`token_array`: 2 or 4 bytes a token
+    on disk; `training.shard_streams` converts a batch at a time) and each id's count in it (`token_counts`, written
+    with the ids: the frequency order and the <unk> rates without a pass over them). ValueError when the training
+    split ("train") is empty."""
+    ids = {s: token_array(f) for s, f in files.items()}
+    counts = {s: token_counts(f) for s, f in files.items()}
+    if not read_meta(files["train"])["words"]:
+        raise ValueError("The training split is empty.")
+    return ids, counts
+
+
 def cached_ids(tokenizer, source: TextSource, cache_dir: Path | None = None, progress: bool = True,
                num_proc: int | None = None) -> torch.Tensor:  # fmt: skip
     """`encode_lines(tokenizer, lines of source)` through the cache: the flat int64 id stream."""

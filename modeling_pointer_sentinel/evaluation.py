@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from .modeling_pointer_sentinel import PointerSentinelCache
 from .training import shard_streams
@@ -83,6 +84,44 @@ def collect_outputs(model, streams: torch.Tensor, bptt: int = 200, keep_hidden: 
         if progress is not None:
             progress.update(y.numel())
     return _stream_outputs(parts)
+
+
+def mean_nll(accelerator, model, streams: torch.Tensor, bptt: int = 200, averager=None, desc: str | None = None):
+    """The mean next-token negative log-likelihood over every rank's `streams` (each rank's share, as
+    `training.shard_streams` gives it), summed over the ranks (a collective: every rank calls it together). With an
+    `averager` (`training.ParameterAverager`), its averaged weights while it averages (NT-ASGD evaluates and saves
+    them), swapped back after. `model`: as `accelerator.prepare` returned it; its training mode is kept. `desc`: the
+    progress bar's label, shown on each machine's first process."""
+    training = model.training
+    model.eval()
+    if averager is not None:
+        averager.swap()
+    rows, length = streams.shape
+    bar = tqdm(total=rows * (length - 1), desc=desc, unit="tok", leave=False,
+               disable=not accelerator.is_local_main_process)  # fmt: skip
+    outputs = collect_outputs(accelerator.unwrap_model(model), streams, bptt, progress=bar)
+    nll, count = -outputs.log_probs.double().sum().item(), outputs.targets.numel()
+    bar.close()
+    if averager is not None:
+        averager.swap()
+    model.train(training)
+    totals = accelerator.reduce(torch.tensor([nll, count], dtype=torch.float64, device=accelerator.device), "sum")
+    return totals[0].item() / totals[1].item()
+
+
+def validate(accelerator, model, streams: torch.Tensor, bptt: int, averager) -> tuple[float, str, dict]:
+    """An epoch end's validation (`mean_nll` over `streams`) for `training.PlateauSchedule`: (the loss, the weights
+    that scored it: "average" or "model", the source `checkpointing.BestWeights.keep` copies, and while `averager`
+    averages both perplexities, {"valid_ppl_average", "valid_ppl_live"}, else {}). While it averages, the average and
+    the live weights are both scored and the lower counts: once its LR has decayed, the live model can pass its
+    lagging average."""
+    val, source, both = mean_nll(accelerator, model, streams, bptt, averager, desc="validation"), "model", {}
+    if averager.active:
+        source = "average"
+        live = mean_nll(accelerator, model, streams, bptt, desc="validation")
+        both = {"valid_ppl_average": math.exp(val), "valid_ppl_live": math.exp(live)}
+        val, source = min((val, source), (live, "model"))
+    return val, source, both
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,8 +16,11 @@ import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+from accelerate.utils import send_to_device, set_seed
 
+from .checkpointing import CheckpointError, load_checkpoint, read_manifest, resharded_stream_state, saved_weight_names
 from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
@@ -129,6 +132,23 @@ def unk_rate_of_counts(counts, unk_id: int | None) -> float:
     return 0.0 if unk_id is None or total == 0 or unk_id >= len(counts) else int(counts[unk_id]) / total
 
 
+def check_unk_rates(counts: dict, tokenizer, max_rate: float = 1.0, say=print) -> dict[str, float]:
+    """Each split's <unk> rate (split name -> `unk_rate_of_counts` of its ids' counts, `data.token_counts`), said in
+    one line. Refuse (ValueError) data that the tokenizer does not fit: more than `max_rate` of a split's tokens
+    <unk>, which would leave the perplexity meaning little."""
+    unk_id = unk_token_id(tokenizer)
+    rates = {split: unk_rate_of_counts(c, unk_id) for split, c in counts.items()}
+    say("<unk> rate: " + " | ".join(f"{s} {r:.2%}" for s, r in rates.items()))
+    if too_high := {s: r for s, r in rates.items() if r > max_rate}:
+        raise ValueError(
+            f"{', '.join(f'{r:.1%} of the {s} tokens' for s, r in too_high.items())} are <unk> (more than "
+            f"--max_unk_rate {max_rate:g}): the tokenizer does not fit this data, and the perplexity would "
+            "mean little. Give the data the tokenizer was built for (with no data flags the bundled WikiText-2 is "
+            "used), leave out --tokenizer_name to build one from the training split, or raise --max_unk_rate."
+        )
+    return rates
+
+
 def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vocab_size: int, counts=None):
     """The adaptive softmax's clusters are id ranges, so ids must follow training frequency at the cutoffs: raise a
     ValueError if a word after a cutoff occurs more often in `train_ids` than a word before it. `counts`: each id's
@@ -197,11 +217,30 @@ def number_slots_per_row(streams: torch.Tensor, vocab_size: int) -> torch.Tensor
         if at.numel() == 0:
             continue
         slots, which = torch.unique(row[at], return_inverse=True)
-        first = torch.full((len(slots),), at.numel()).scatter_reduce(0, which, torch.arange(at.numel()), "amin")
+        first = torch.full((len(slots),), at.numel(), device=row.device)
+        first = first.scatter_reduce(0, which, torch.arange(at.numel(), device=row.device), "amin")
         order = torch.empty_like(first)
-        order[first.argsort()] = torch.arange(len(slots))
+        order[first.argsort()] = torch.arange(len(slots), device=row.device)
         row[at] = vocab_size + order[which]
     return out
+
+
+def simulate_unseen_training_words(ids, config, rate: float, max_count: int, block: int, seed: int):
+    """The training split's ids (a flat numpy array such as `data.token_array`'s) with `simulate_unseen_words` at
+    `rate` for a model of `config` (its vocabulary, oov_slots and pointer window), as an int64 tensor in memory, and
+    each id's count in them (`unk_rate_of_counts` reads it). ValueError, in train.py's flags, for a model without two
+    placeholder slots or a `block` shorter than its pointer window."""
+    if config.oov_slots < 2:
+        raise ValueError(
+            "--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)"
+        )
+    if block < config.pointer_window:
+        raise ValueError(f"--unseen_word_block ({block}) must be at least the model's pointer_window "
+                         f"({config.pointer_window}), or one slot would stand for two words in a window")  # fmt: skip
+    flat = torch.from_numpy(ids.astype(np.int64))  # in memory (int64): the simulation rewrites it
+    out = simulate_unseen_words(flat, config.vocab_size, config.oov_slots, rate, max_count, block, seed,
+                                window=config.pointer_window)  # fmt: skip
+    return out, torch.bincount(out).numpy()
 
 
 def placeholder_slots(positions: list[int], words: list[int], oov_slots: int, window: int) -> list[int]:
@@ -258,6 +297,31 @@ def parameter_groups(model, oov_lr_scale: float = 1.0) -> list[dict]:
     ids = {id(p) for p in oov}
     rest = [p for p in model.parameters() if id(p) not in ids]
     return [{"params": rest, "lr_scale": 1.0}] + ([{"params": oov, "lr_scale": oov_lr_scale}] if oov else [])
+
+
+def make_optimizer(model, name: str, lr: float, weight_decay: float = 0.0, oov_lr: float | None = None):
+    """The optimizer train.py's --optimizer names, over `parameter_groups(model)`: AdamW for "adamw", else SGD ("sgd",
+    and "ntasgd", whose average is a ParameterAverager's); the placeholders' own weights (`config.oov_pointer`) learn
+    at `oov_lr` (default: `lr`), through their group's `lr_scale`."""
+    groups = parameter_groups(model, (oov_lr or lr) / lr)
+    if name == "adamw":
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
+    return torch.optim.SGD(groups, lr=lr, weight_decay=weight_decay)
+
+
+def rank_streams(
+    ids: dict, batch_size: int, eval_batch_size: int, num_processes: int = 1, process_index: int = 0, device=None
+) -> tuple:
+    """This rank's streams of each split (`ids`: split name -> flat ids, as `shard_streams` takes them) on `device`:
+    (the "train" split's, `batch_size` streams a rank; {split: its streams} for every other split, `eval_batch_size`
+    streams a rank). ValueError when a split cannot fill its streams."""
+    train = shard_streams(ids["train"], batch_size, num_processes, process_index).to(device)
+    evals = {
+        s: shard_streams(t, eval_batch_size, num_processes, process_index).to(device)
+        for s, t in ids.items()
+        if s != "train"
+    }
+    return train, evals
 
 
 def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: int = 0):
@@ -369,6 +433,25 @@ def activation_penalty(out, alpha: float, beta: float) -> torch.Tensor | float:
         h = out.hidden_states[-1]
         penalty = penalty + beta * (h[:, 1:] - h[:, :-1]).pow(2).mean()
     return penalty
+
+
+class RunningLoss:
+    """The mean training loss per target since it was last read, over every rank. The sum stays on the device, so
+    adding a segment's loss costs the host no sync; only `read` (a collective: every rank calls it together) does."""
+
+    def __init__(self):
+        self.nll, self.count = torch.zeros((), dtype=torch.float64), 0
+
+    def add(self, nll: torch.Tensor, count: int):
+        """A segment's summed loss `nll` over its `count` targets (this rank's)."""
+        self.nll = self.nll.to(nll.device) + nll.detach().double()
+        self.count += count
+
+    def read(self, accelerator) -> float:
+        """The mean over all ranks since the last read (one process with their batches together reads the same)."""
+        sums = accelerator.reduce(torch.stack([self.nll, self.nll.new_tensor(self.count)]), "sum")
+        self.nll, self.count = torch.zeros_like(self.nll), 0
+        return (sums[0] / sums[1]).item()
 
 
 class ParameterAverager:
@@ -563,6 +646,47 @@ class StopSignal:
             self.received.clear()
             accelerator.set_trigger()
         return accelerator.check_trigger()
+
+
+def load_resume(
+    accelerator,
+    folder,
+    states: dict,
+    layout: dict | None,
+    batch_size: int,
+    oov_pointer: bool,
+    optimizer=None,
+    seed: int | None = None,
+) -> dict:
+    """Load the checkpoint `folder` into a run (`checkpointing.load_checkpoint` with its `states`) and return this
+    rank's stream state for its `PointerSentinelCache`: re-sharded for `batch_size` streams a rank from the layout the
+    checkpoint recorded (`layout`; None, before layouts were recorded: the same batch), on the accelerator's device (a
+    checkpoint saved on a GPU resumes on a CPU, and the other way round).
+
+    `oov_pointer`: whether this run's model has the placeholders' own weights, as the checkpoint's must. `optimizer`
+    keeps this run's groups' `lr_scale` (parameter_groups), not the checkpoint's. With `seed`, a resume on another
+    world size reseeds every rank from seed + the checkpoint's step, since the saved RNG states were other ranks' (see
+    checkpointing.stream_layout), and says so. CheckpointError in one line: a forged or damaged file (named, before
+    anything of it is loaded), or a checkpoint that does not fit the run."""
+    saved_oov = any(is_oov_weight(k) for k in saved_weight_names(folder))
+    if saved_oov != oov_pointer:
+        raise CheckpointError(f"{folder} was trained {'with' if saved_oov else 'without'} the placeholders' own "
+                              f"weights: resume it {'with' if saved_oov else 'without'} --oov_pointer")  # fmt: skip
+    scales = [group.get("lr_scale", 1.0) for group in optimizer.param_groups] if optimizer is not None else []
+    load_checkpoint(accelerator, folder, states)
+    # Another world size takes the same streams in other shares (see checkpointing.stream_layout). Read on the CPU.
+    saved_batch = layout["per_device_train_batch_size"] if layout else batch_size
+    stream = resharded_stream_state(folder, saved_batch, batch_size, accelerator.process_index)
+    for group, scale in zip(optimizer.param_groups if scales else (), scales, strict=True):
+        group["lr_scale"] = scale
+    W = accelerator.num_processes
+    if seed is not None and layout and layout["world_size"] != W:
+        set_seed(seed + read_manifest(folder)["step"], device_specific=True)
+        accelerator.print(
+            f"resumed the {W * batch_size} streams of {layout['world_size']} process(es) on {W}: each continues "
+            "where it stopped; the RNGs are reseeded from --seed and the step"
+        )
+    return send_to_device(stream, accelerator.device)
 
 
 # ---- a new model and its training streams, checked before any training ----

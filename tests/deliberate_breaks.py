@@ -164,16 +164,16 @@ MUTS = [
     ),
     (
         "oov pointer: a resumed run takes the checkpoint's head rate",
-        T,
-        '            group["lr_scale"] = scale',
-        "            pass",
+        TR,
+        '        group["lr_scale"] = scale',
+        "        pass",
         ["tests/test_open_vocabulary.py::test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate"],
     ),
     (
         "oov pointer: a checkpoint resumed without its head's flag",
-        T,
-        "        if saved_oov != cfg.oov_pointer:",
-        "        if False:",
+        TR,
+        "    if saved_oov != oov_pointer:",
+        "    if False:",
         ["tests/test_open_vocabulary.py::test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate"],
     ),
     (
@@ -352,7 +352,7 @@ MUTS = [
     ),
     (
         "memmap data: train.py converts the splits to int64 whole",
-        "examples/train.py",
+        "modeling_pointer_sentinel/data.py",
         "    ids = {s: token_array(f) for s, f in files.items()}",
         "    ids = {s: torch.from_numpy(token_array(f).astype(np.int64)) for s, f in files.items()}",
         ["tests/test_data_cache.py::test_train_and_evaluate_convert_one_batch_at_a_time"],
@@ -770,16 +770,16 @@ MUTS = [
     ("loop: LR never written", T, 'group["lr"] = lr', "pass", [f"{TT}::test_every_param_group_gets_the_segment_lr"]),
     (
         "loop: adamw builds SGD",
-        T,
-        "optimizer = torch.optim.AdamW(groups, lr=args.learning_rate,",
-        "optimizer = torch.optim.SGD(groups, lr=args.learning_rate,",
+        TR,
+        "return torch.optim.AdamW(groups, lr=lr,",
+        "return torch.optim.SGD(groups, lr=lr,",
         [f"{TT}::test_each_optimizer_is_what_it_is_named"],
     ),
     (
         "loop: sgd without weight decay",
-        T,
-        "torch.optim.SGD(groups, lr=args.learning_rate, weight_decay=args.weight_decay)",
-        "torch.optim.SGD(groups, lr=args.learning_rate)",
+        TR,
+        "torch.optim.SGD(groups, lr=lr, weight_decay=weight_decay)",
+        "torch.optim.SGD(groups, lr=lr)",
         [f"{TT}::test_each_optimizer_is_what_it_is_named"],
     ),
     (
@@ -863,9 +863,9 @@ MUTS = [
     ),
     (
         "loop: validation with the live weights",
-        T,
-        "averager.swap()  # NT-ASGD evaluates",
-        "pass  # NT-ASGD evaluates",
+        E,
+        "        averager.swap()\n    rows, length = streams.shape",
+        "        pass\n    rows, length = streams.shape",
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
@@ -877,15 +877,15 @@ MUTS = [
     ),
     (
         "loop: average not saved without validation",
-        T,
-        "elif averager.active:",
+        CKL,
+        "elif self.averager.active:",
         "elif False:",
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
     (
         "loop: best weights not restored",
-        T,
-        "raw.load_state_dict(best.weights)",
+        CKL,
+        "self.model.load_state_dict(self.weights)",
         "pass",
         [f"{TT}::test_ntasgd_evaluates_and_saves_the_running_average"],
     ),
@@ -2163,8 +2163,8 @@ MUTS = [
     (
         "no validation: NaN drives the schedule again",
         T,
-        '            continue\n        val, source, both = evaluate("validation"),',
-        '            pass\n        val, source, both = evaluate("validation") if "validation" in evals else float("nan"),',
+        "            continue\n        val, source, both = validate(",
+        '            pass\n        val, source, both = (float("nan"), "model", {}) if "validation" not in evals else validate(',
         ["tests/test_train.py::test_without_validation_trains_to_the_epoch_limit_and_says_so"],
     ),
     (
@@ -2664,16 +2664,16 @@ MUTS += [
     ),
     (
         "NT-ASGD: the live weights scored but never counted",
-        T,
-        '            val, source = min((val, source), (live, "model"))',
-        "            pass",
+        E,
+        '        val, source = min((val, source), (live, "model"))',
+        "        pass",
         [f"{TT}::test_ntasgd_validation_counts_the_better_of_the_average_and_the_live_weights"],
     ),
     (
         "NT-ASGD: the live weights always counted over the average",
-        T,
-        '            val, source = min((val, source), (live, "model"))',
-        '            val, source = live, "model"',
+        E,
+        '        val, source = min((val, source), (live, "model"))',
+        '        val, source = live, "model"',
         [f"{TT}::test_ntasgd_validation_counts_the_better_of_the_average_and_the_live_weights"],
     ),
     (
@@ -2685,9 +2685,9 @@ MUTS += [
     ),
     (
         "NT-ASGD: the live weights' validation scores the average",
-        T,
-        '            live = evaluate("validation", live=True)',
-        '            live = evaluate("validation")',
+        E,
+        '        live = mean_nll(accelerator, model, streams, bptt, desc="validation")',
+        '        live = mean_nll(accelerator, model, streams, bptt, averager, desc="validation")',
         [f"{TT}::test_ntasgd_validation_counts_the_better_of_the_average_and_the_live_weights"],
     ),
     (
@@ -2726,7 +2726,7 @@ MUTS += [
     ),
     (
         "elastic: another global stream count resumed",
-        T,
+        CKL,
         "    if resume and (why := layout_mismatch(",
         "    if False and (why := layout_mismatch(",
         ELASTIC_REFUSED,
@@ -2740,8 +2740,8 @@ MUTS += [
     ),
     (
         "elastic: other training text resumed",
-        T,
-        'if saved_layout and saved_layout["tokens_per_stream"] != train.shape[1]:',
+        CKL,
+        'if saved and saved["tokens_per_stream"] != tokens:',
         "if False:",
         ELASTIC_REFUSED,
     ),
@@ -2803,9 +2803,9 @@ MUTS += [
     ),
     (
         "checkpoint: a forged model.safetensors read by the oov check unchecked",
-        T,
-        "saved_oov = any(is_oov_weight(k) for k in saved_weight_names(resume))",
-        "saved_oov = any(is_oov_weight(k) for k in __import__('safetensors').safe_open(resume / 'model.safetensors', 'pt').keys())",
+        TR,
+        "saved_oov = any(is_oov_weight(k) for k in saved_weight_names(folder))",
+        "saved_oov = any(is_oov_weight(k) for k in __import__('safetensors').safe_open(folder / 'model.safetensors', 'pt').keys())",
         [f"{CK}::test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line"],
     ),
     (
@@ -2848,7 +2848,7 @@ MUTS += [
     ),
     (
         "run ids: --overwrite_output_dir deletes nothing",
-        T,
+        CKL,
         "        for folder in foreign:\n            shutil.rmtree(folder)",
         "        for folder in foreign:\n            pass",
         [f"{CK}::test_a_fresh_run_beside_another_runs_checkpoints_is_refused_unless_overwriting"],
@@ -3375,12 +3375,64 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
     ),
 ]
 
+MUTS += [  # issue 53: train.py's library moved into the package, each piece under its own unit test
+    (
+        "start_run: latest resumes nothing",
+        CKL,
+        '    if resume_from == "latest":\n        resume = find_latest(accelerator, out_dir)',
+        '    if resume_from == "latest":\n        resume = None',
+        [f"{CKU}::test_start_run_finds_the_checkpoint_claims_the_run_and_checks_the_stream_layout"],
+    ),
+    (
+        "load_resume: the checkpoint's lr_scale kept",
+        TR,
+        '        group["lr_scale"] = scale',
+        "        pass",
+        [f"{CKU}::test_load_resume_loads_the_run_keeps_this_runs_rates_and_reseeds_on_another_world_size"],
+    ),
+    (
+        "running loss: not reset when read",
+        TR,
+        "        self.nll, self.count = torch.zeros_like(self.nll), 0",
+        "        pass",
+        [f"{TRU}::test_running_loss_is_the_mean_per_target_since_its_last_read"],
+    ),
+    (
+        "mean_nll: leaves the model in evaluation mode",
+        E,
+        "    model.train(training)",
+        "    pass",
+        [f"{TRU}::test_mean_nll_and_validate_score_the_average_and_the_live_weights"],
+    ),
+    (
+        "split_arrays: an empty training split accepted",
+        "modeling_pointer_sentinel/data.py",
+        '        raise ValueError("The training split is empty.")',
+        "        pass",
+        [f"{TRU}::test_split_arrays_map_each_split_and_refuse_an_empty_training_split"],
+    ),
+    (
+        "rank_streams: evaluation splits in the training batch",
+        TR,
+        "        s: shard_streams(t, eval_batch_size, num_processes, process_index).to(device)",
+        "        s: shard_streams(t, batch_size, num_processes, process_index).to(device)",
+        [f"{TRU}::test_rank_streams_shard_each_split_in_its_own_batch"],
+    ),
+    (
+        "best weights: the average kept after the end of training",
+        CKL,
+        "        self.averager.average = None\n",
+        "",
+        [f"{CKU}::test_best_weights_restore_the_best_else_the_average_and_drop_the_average"],
+    ),
+]
+
 MUTS += [  # issue 54 part 4: train.py's simulated unseen words follow the model's pointer window
     (
         "simulated unseen words: train.py accepts a block shorter than the pointer window",
-        T,
-        "        if args.unseen_word_block < cfg.pointer_window:",
-        "        if args.unseen_word_block < 0:",
+        TR,
+        "    if block < config.pointer_window:",
+        "    if block < 0:",
         ["tests/test_open_vocabulary.py::test_train_py_teaches_copying_with_simulated_unseen_words"],
     ),
     (

@@ -147,3 +147,90 @@ def test_streams_resharded_over_another_number_of_processes(tmp_path):
     assert ck.layout_mismatch(tmp_path, layout, 1, 4, 4) is None
     assert "resume with --per_device_train_batch_size 4" in ck.layout_mismatch(tmp_path, layout, 1, 2, 2)
     assert ck.layout_mismatch(tmp_path, None, 2, 9, 9) is None  # no layout: two saved ranks resume on two
+
+
+def test_start_run_finds_the_checkpoint_claims_the_run_and_checks_the_stream_layout(tmp_path):
+    """train.py's start: `latest` finds the newest whole checkpoint, whose run it continues, with its layout; another
+    run's checkpoints are refused, or listed for delete_foreign to delete; a launch that would cut other streams is
+    refused, and so is other training text (check_tokens_per_stream)."""
+    accelerator, out = Accelerator(cpu=True), tmp_path / "out"
+    fresh = ck.start_run(accelerator, out, "latest", False, 2, 2)
+    assert (fresh.resume, fresh.foreign, fresh.layout, fresh.run["parent"]) == (None, [], None, None)
+    layout = ck.stream_layout(1, 2, 2, 50, 0, 35)
+    checkpoint(out / "step_2", "a", 2)
+    (out / "step_2" / ck.MANIFEST).write_text(json.dumps({"step": 2, "run_id": "a", "files": {}, "layout": layout}))
+    resume, run, foreign, saved = ck.start_run(accelerator, out, "latest", False, 2, 2)
+    assert (resume, run["run_id"], foreign, saved) == (out / "step_2", "a", [], layout)
+    with pytest.raises(ck.CheckpointError, match=r"holds 1 checkpoint\(s\) of another run \(a: step_2\)"):
+        ck.start_run(accelerator, out, None, False, 2, 2)
+    with pytest.raises(ck.CheckpointError, match="would cut the corpus into other streams: resume with"):
+        ck.start_run(accelerator, out, str(out / "step_2"), False, 4, 2)
+    ck.check_tokens_per_stream(resume, saved, 50)
+    ck.check_tokens_per_stream(resume, None, 49)  # no layout recorded: nothing to compare
+    with pytest.raises(ck.CheckpointError, match="trained on 50 tokens per stream, this training data gives 49"):
+        ck.check_tokens_per_stream(resume, saved, 49)
+    fresh = ck.start_run(accelerator, out, None, True, 2, 2)
+    assert fresh.foreign == [out / "step_2"] and fresh.run["run_id"] != "a"
+    ck.delete_foreign(accelerator, fresh.foreign)
+    assert not (out / "step_2").exists()
+
+
+def test_best_weights_restore_the_best_else_the_average_and_drop_the_average():
+    from modeling_pointer_sentinel.training import ParameterAverager
+
+    model = torch.nn.Linear(2, 2)
+    averager = ParameterAverager(model.parameters())
+    best = ck.BestWeights(model, averager)
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    best.keep()
+    averager.start()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    best.restore()  # the kept weights, not the average's or the live ones
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in first.items()) and not averager.active
+    best.weights = None
+    averager.start()
+    live = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    best.restore()  # no best kept: the average
+    assert torch.equal(model.weight, live) and not averager.active
+
+
+def test_load_resume_loads_the_run_keeps_this_runs_rates_and_reseeds_on_another_world_size(tmp_path, capsys):
+    from conftest import tiny_model
+
+    from modeling_pointer_sentinel import PointerSentinelCache
+    from modeling_pointer_sentinel.training import load_resume, make_optimizer
+
+    accelerator, out = Accelerator(cpu=True), tmp_path / "out"
+    model = tiny_model()
+    optimizer = make_optimizer(model, "sgd", 1.0)
+    optimizer.param_groups[0]["lr_scale"] = 0.25  # the saved run's
+    model, optimizer = accelerator.prepare(model, optimizer)
+    streams = torch.randint(0, 23, (2, 8), generator=torch.Generator().manual_seed(0))
+    cache = model(streams, use_cache=True).past_key_values
+    state = ck.TrainState(0.5)
+    state.step = 3
+    run = {"run_id": "r", "own": {"r"}, "parent": None}
+    ck.save_checkpoint(accelerator, out, 3, {"train_state.json": state}, cache, None, run)
+    saved = ck.read_state(out / "step_3" / "stream_state_0.safetensors")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+    optimizer.param_groups[0]["lr_scale"] = 1.0  # this run's
+    loaded = ck.TrainState(0.0)
+    layout = ck.stream_layout(2, 2, 2, 8, 0, 4)  # as if two ranks of batch 1 had saved it: another world size
+    layout["per_device_train_batch_size"] = 2
+    stream = load_resume(accelerator, out / "step_3", {"train_state.json": loaded}, layout, 2, False, optimizer, 7)
+    assert (loaded.step, loaded.lr) == (3, 0.5) and optimizer.param_groups[0]["lr_scale"] == 1.0
+    assert any(p.abs().sum() > 0 for p in model.parameters())  # the model's weights are back
+    assert stream["seen_tokens"] == saved["seen_tokens"] and torch.equal(stream["window_ids"], saved["window_ids"])
+    PointerSentinelCache().load_state_dict(stream)
+    assert "resumed the 2 streams of 2 process(es) on 1" in capsys.readouterr().out
+    reseeded = torch.rand(3)
+    torch.manual_seed(7 + 3)
+    assert torch.equal(reseeded, torch.rand(3))
+    with pytest.raises(ck.CheckpointError, match="was trained without the placeholders' own weights: resume it "
+                                                 "without --oov_pointer"):  # fmt: skip
+        load_resume(accelerator, out / "step_3", {"train_state.json": loaded}, None, 2, True, optimizer)

@@ -8,20 +8,32 @@ import os
 import signal
 import threading
 
+import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, tiny_model
 
 from modeling_pointer_sentinel import PointerSentinelForCausalLM
 from modeling_pointer_sentinel.checkpointing import TrainState
+from modeling_pointer_sentinel.data import TextSource, split_arrays, token_file
+from modeling_pointer_sentinel.evaluation import collect_outputs, mean_nll, validate
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
 from modeling_pointer_sentinel.training import (
     ParameterAverager,
     PlateauSchedule,
+    RunningLoss,
     StopSignal,
     check_fits,
     check_streams,
+    check_unk_rates,
     config_for_tokenizer,
+    encode_lines,
+    make_optimizer,
+    rank_streams,
+    shard_streams,
+    simulate_unseen_training_words,
+    simulate_unseen_words,
+    unk_token_id,
 )
 
 
@@ -134,3 +146,115 @@ def test_check_streams_refuses_streams_too_short_for_the_scheme():
         with pytest.raises(ValueError) as refused:
             check_streams(tokens, 4, scheme, bptt, window, stride)
         assert str(refused.value).startswith(message)
+
+
+# ---- train.py's start and its loop's pieces, in training.py (and evaluation.py, data.py) for a loop of one's own ----
+def test_simulated_unseen_training_words_need_placeholders_and_a_block_as_long_as_the_window():
+    ids = np.array([1, 2, 3, 1, 4, 5, 6, 2] * 5, dtype=np.uint16)  # a memory map's dtype
+    config = tiny_config(vocab_size=7, oov_slots=4, pointer_window=4, unk_token_id=1)
+    out, counts = simulate_unseen_training_words(ids, config, 1.0, 10, 8, seed=0)
+    assert out.dtype == torch.int64 and counts.tolist() == torch.bincount(out).tolist()
+    assert torch.equal(
+        out, simulate_unseen_words(torch.from_numpy(ids.astype(np.int64)), 7, 4, 1.0, 10, 8, 0, window=4)
+    )
+    assert out.max() >= 7  # placeholders written
+    with pytest.raises(ValueError, match=r"^--unseen_word_rate needs a model with oov_slots >= 2 \(placeholder"):
+        simulate_unseen_training_words(ids, tiny_config(vocab_size=7), 0.5, 10, 8, seed=0)
+    with pytest.raises(
+        ValueError, match=r"^--unseen_word_block \(3\) must be at least the model's pointer_window \(4\)"
+    ):
+        simulate_unseen_training_words(ids, config, 0.5, 10, 3, seed=0)
+
+
+def test_check_unk_rates_says_each_splits_rate_and_refuses_a_tokenizer_that_does_not_fit():
+    tok = build_word_level_tokenizer(["a b c a", "b a"])
+    unk = unk_token_id(tok)
+    counts = {"train": np.bincount([unk, 2, 3, 3], minlength=len(tok)), "test": np.bincount([2, 3], minlength=len(tok))}
+    said = []
+    assert check_unk_rates(counts, tok, 0.25, say=said.append) == {"train": 0.25, "test": 0.0}
+    assert said == ["<unk> rate: train 25.00% | test 0.00%"]
+    with pytest.raises(ValueError) as refused:
+        check_unk_rates(counts, tok, 0.2, say=said.append)
+    assert str(refused.value).startswith("25.0% of the train tokens are <unk> (more than --max_unk_rate 0.2): the "
+                                         "tokenizer does not fit this data")  # fmt: skip
+    assert len(said) == 2  # said before it refuses
+
+
+def test_make_optimizer_builds_the_named_optimizer_with_the_placeholders_rate():
+    model = tiny_model(oov_slots=2, oov_pointer=True, unk_token_id=1)
+    adamw = make_optimizer(model, "adamw", 0.5, 0.1, oov_lr=0.05)
+    assert type(adamw) is torch.optim.AdamW and adamw.defaults["weight_decay"] == 0.1
+    assert [g["lr_scale"] for g in adamw.param_groups] == [1.0, pytest.approx(0.1)]
+    for name in ("sgd", "ntasgd"):
+        sgd = make_optimizer(model, name, 0.5, 0.1)
+        assert type(sgd) is torch.optim.SGD and sgd.defaults["weight_decay"] == 0.1
+        assert [g["lr_scale"] for g in sgd.param_groups] == [1.0, 1.0]
+
+
+def test_rank_streams_shard_each_split_in_its_own_batch():
+    ids = {"train": torch.arange(40), "validation": torch.arange(24), "test": torch.arange(12)}
+    train, evals = rank_streams(ids, 2, 3, num_processes=2, process_index=1)
+    assert torch.equal(train, shard_streams(ids["train"], 2, 2, 1)) and train.shape == (2, 10)
+    assert set(evals) == {"validation", "test"} and evals["validation"].shape == (3, 4)
+    assert torch.equal(evals["test"], shard_streams(ids["test"], 3, 2, 1))
+    with pytest.raises(ValueError, match="cannot fill 6 streams"):
+        rank_streams({"train": torch.arange(40), "test": torch.arange(11)}, 2, 3, num_processes=2)
+
+
+class OneRank:
+    """accelerate's reduce in one process."""
+
+    device = torch.device("cpu")
+    is_local_main_process = False
+    num_processes = 1
+
+    def reduce(self, tensor, reduction):
+        return tensor
+
+    def unwrap_model(self, model):
+        return model
+
+
+def test_running_loss_is_the_mean_per_target_since_its_last_read():
+    running = RunningLoss()
+    running.add(torch.tensor(6.0, requires_grad=True), 3)
+    running.add(torch.tensor(2.0), 1)
+    assert running.read(OneRank()) == 2.0
+    running.add(torch.tensor(1.0), 4)
+    assert running.read(OneRank()) == 0.25
+
+
+def test_mean_nll_and_validate_score_the_average_and_the_live_weights():
+    model = tiny_model()
+    streams = torch.randint(0, 23, (2, 30), generator=torch.Generator().manual_seed(0))
+    model.train()
+    live = mean_nll(OneRank(), model, streams, 7)
+    outputs = collect_outputs(model, streams, 7)
+    model.train()
+    assert live == pytest.approx(-outputs.log_probs.double().mean().item())
+    averager = ParameterAverager(model.parameters())
+    assert validate(OneRank(), model, streams, 7, averager) == (live, "model", {})  # no average yet
+    averager.start()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)  # the live weights move away from the average
+    moved = mean_nll(OneRank(), model, streams, 7)
+    assert mean_nll(OneRank(), model, streams, 7, averager) == live and model.training  # swapped back, mode kept
+    val, source, both = validate(OneRank(), model, streams, 7, averager)
+    assert both == {"valid_ppl_average": math.exp(live), "valid_ppl_live": math.exp(moved)}
+    assert (val, source) == min((live, "average"), (moved, "model"))
+
+
+def test_split_arrays_map_each_split_and_refuse_an_empty_training_split(tmp_path):
+    tok = build_word_level_tokenizer(["a b c a", "b a"])
+    files = {}
+    for split, text in (("train", "a b c a\nb a\n"), ("test", "\n")):
+        (tmp_path / f"{split}.txt").write_text(text)
+        files[split] = token_file(tok, TextSource(str(tmp_path / f"{split}.txt")), tmp_path / "cache", progress=False)
+    with pytest.raises(ValueError, match="^The training split is empty.$"):
+        split_arrays({"train": files["test"]})
+    ids, counts = split_arrays(files)
+    assert ids["train"].tolist() == encode_lines(tok, ["a b c a", "b a"]).tolist() and ids["test"].tolist() == [
+        tok.eos_token_id
+    ]
+    assert counts["train"].tolist() == np.bincount(ids["train"], minlength=len(counts["train"])).tolist()
