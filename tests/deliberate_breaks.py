@@ -200,8 +200,8 @@ MUTS = [
     (
         "docs: the README's unseen-name return rates apart from their results file",
         "README.md",
-        "unseen word comes back in 50% of sampled, 1 of 4 beam",
-        "unseen word comes back in 50% of sampled, 2 of 4 beam",
+        "comes back in 50% of sampled, 1 of 4 beam",
+        "comes back in 50% of sampled, 2 of 4 beam",
         ["tests/test_docs.py"],
     ),
     (
@@ -2884,8 +2884,8 @@ MUTS += [
     (
         "kill test: the manifest write is not a kill event",
         "tests/kill_during_save.py",
-        "    if event():\n        text = json.dumps(manifest)",
-        "    if False:\n        text = json.dumps(manifest)",
+        '    """checkpointing.py\'s own files: the states (JSON, safetensors) and the manifest."""\n    if event():',
+        '    """checkpointing.py\'s own files: the states (JSON, safetensors) and the manifest."""\n    if not str(path).endswith("checkpoint.json") and event():',
         [f"{CK}::test_sigkill_inside_saves_then_resume_latest_ends_bit_exact"],
     ),
     (
