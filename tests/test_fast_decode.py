@@ -119,6 +119,8 @@ def test_a_huge_max_new_tokens_holds_memory_only_for_the_tokens_made():
     it."""
     out = run(model("sentinel"), "fast", max_new_tokens=10**12, max_time=0.5, return_dict_in_generate=False)
     assert 7 < out.shape[1] < 10**6
+    with pytest.raises(ValueError, match="max_new_tokens: beam search keeps 2 x"):  # its buffer is transformers'
+        run(model("sentinel"), "fast", max_new_tokens=10**12, num_beams=2, return_dict_in_generate=False)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -16,6 +16,7 @@ mixture (2.4) at the position forward stashed).
 """
 
 import math
+import os
 from typing import NamedTuple
 
 import torch
@@ -371,7 +372,13 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         return False  # the model makes its own PointerSentinelCache
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-
+        beams, length = generation_config.num_beams or 1, generation_config.max_length or 0
+        need, memory = beams * length * 8, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGESIZE")
+        if beams > 1 and need > memory:  # transformers' beam search holds (batch, beams, max_length) ids up front
+            raise ValueError(
+                f"max_new_tokens: beam search keeps {beams} x {length:,} ids per prompt from the start, "
+                f"{need / 2**30:,.0f} GiB, more than this machine's {memory / 2**30:,.0f} GiB; ask for fewer tokens."
+            )
         cache = model_kwargs.get("past_key_values")
         if cache is not None:
             if not isinstance(cache, PointerSentinelCache) and type(cache).__name__ != "PointerSentinelCache":
