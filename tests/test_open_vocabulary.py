@@ -489,7 +489,9 @@ def test_generate_stops_at_a_stop_string_given_the_tokenizer():
     m = tiny_model(vocab_size=tok.word_vocab_size, oov_slots=4, unk_token_id=tok.unk_token_id, pointer_window=6).eval()
     prompt = tok("a b Zorg c Zorg", return_tensors="pt").input_ids
     free = m.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None)
-    third = tok.decode(free[0, prompt.shape[1] + 2 : prompt.shape[1] + 3]).strip()
+    # stop strings match the vocabulary's token strings, so a copied unseen word stops at its placeholder's token
+    # (oov_words=[] writes placeholders as tokens; plain decode would write the prompt's spelling, "Zorg")
+    third = tok.decode(free[0, prompt.shape[1] + 2 : prompt.shape[1] + 3], oov_words=[]).strip()
     stopped = m.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=None,
                          stop_strings=[third], tokenizer=tok)  # fmt: skip
     assert stopped.shape[1] <= prompt.shape[1] + 3 < free.shape[1]
