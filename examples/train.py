@@ -166,6 +166,9 @@ def parse_args(argv=None):
     a("--oov_pointer_learning_rate", type=float, default=None,
       help="the placeholders' embedding, query and repeat odds learn at this rate, decayed with --learning_rate "
       "(default: --learning_rate)")  # fmt: skip
+    a("--oov_pointer_only", action="store_true",
+      help="train only the placeholders' own weights (with --oov_pointer); the rest is frozen, so text without "
+      "placeholders scores exactly as with the loaded model")  # fmt: skip
     a("--mixed_precision", choices=["no", "fp16", "bf16"], default="no", help="autocast dtype (bf16 on a GPU)")
     a("--cpu", action="store_true", help="run on CPU (needed for multi-process CPU runs: gloo ranks)")
     a(
@@ -405,10 +408,12 @@ def main(argv=None):
     except ValueError as e:  # too few tokens for the streams or for the scheme, or not the checkpoint's
         fail(e)
 
-    if args.oov_pointer_learning_rate and not cfg.oov_pointer:
-        fail("--oov_pointer_learning_rate is the rate of the placeholders' own weights: add --oov_pointer")
+    for flag in ("oov_pointer_learning_rate", "oov_pointer_only"):
+        if getattr(args, flag) and not cfg.oov_pointer:
+            fail(f"--{flag} is about the placeholders' own weights: add --oov_pointer")
     optimizer = make_optimizer(
-        model, args.optimizer, args.learning_rate, args.weight_decay, args.oov_pointer_learning_rate
+        model, args.optimizer, args.learning_rate, args.weight_decay, args.oov_pointer_learning_rate,
+        args.oov_pointer_only,
     )
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)

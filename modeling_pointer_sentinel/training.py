@@ -271,20 +271,27 @@ def start_oov_pointer(model):
     return grown
 
 
-def parameter_groups(model, oov_lr_scale: float = 1.0) -> list[dict]:
+def parameter_groups(model, oov_lr_scale: float = 1.0, oov_only: bool = False) -> list[dict]:
     """The optimizer's groups: the placeholders' embedding, queries and repeat odds (`config.oov_pointer`) learn at
-    `oov_lr_scale` times the rate of the rest (each group's `lr_scale`)."""
+    `oov_lr_scale` times the rate of the rest (each group's `lr_scale`). `oov_only`: the rest is frozen
+    (requires_grad off), so the closed-vocabulary model keeps its exact scores."""
     oov = [p for n, p in model.named_parameters() if is_oov_weight(n)]
+    if oov_only and not oov:
+        raise ValueError("oov_only trains the placeholders' own weights, and the model has none (config.oov_pointer).")
     ids = {id(p) for p in oov}
     rest = [p for p in model.parameters() if id(p) not in ids]
-    return [{"params": rest, "lr_scale": 1.0}] + ([{"params": oov, "lr_scale": oov_lr_scale}] if oov else [])
+    for p in rest if oov_only else ():
+        p.requires_grad_(False)
+    rest_group = [] if oov_only else [{"params": rest, "lr_scale": 1.0}]
+    return rest_group + ([{"params": oov, "lr_scale": oov_lr_scale}] if oov else [])
 
 
-def make_optimizer(model, name: str, lr: float, weight_decay: float = 0.0, oov_lr: float | None = None):
+def make_optimizer(model, name: str, lr: float, weight_decay: float = 0.0, oov_lr: float | None = None,
+                   oov_only: bool = False):  # fmt: skip
     """The optimizer train.py's --optimizer names, over `parameter_groups(model)`: AdamW for "adamw", else SGD ("sgd",
     and "ntasgd", whose average is a ParameterAverager's); the placeholders' own weights (`config.oov_pointer`) learn
-    at `oov_lr` (default: `lr`), through their group's `lr_scale`."""
-    groups = parameter_groups(model, (oov_lr or lr) / lr)
+    at `oov_lr` (default: `lr`), through their group's `lr_scale`; `oov_only` trains nothing else."""
+    groups = parameter_groups(model, (oov_lr or lr) / lr, oov_only)
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
     return torch.optim.SGD(groups, lr=lr, weight_decay=weight_decay)

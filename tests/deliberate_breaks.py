@@ -51,6 +51,14 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "training: --oov_pointer_only trains the closed-vocabulary weights too",
+        TR,
+        "    for p in rest if oov_only else ():\n        p.requires_grad_(False)\n"
+        "    rest_group = [] if oov_only else [{",
+        "    rest_group = [{",
+        ["tests/test_open_vocabulary.py::test_train_py_oov_pointer_only_trains_the_copy_head_alone"],
+    ),
+    (
         "docs: the card's batch-1 columns of the oov-pointer folder apart from its dynamic file",
         "model_card.md",
         "| 87.88 | 70.70 | 70.45 | 64.29 | 159.74 |",

@@ -573,6 +573,26 @@ def test_train_py_oov_pointer_learns_at_its_own_rate(tmp_path, capsys):
     assert "--oov_pointer needs a pointer model with oov_slots" in capsys.readouterr().err
 
 
+def test_train_py_oov_pointer_only_trains_the_copy_head_alone(tmp_path):
+    """--oov_pointer_only: the placeholders' own weights learn and every other weight is the loaded model's, bit for
+    bit, so text without placeholders scores exactly as before."""
+    from test_train import train_module
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+    flags = fine_tuning_folders(tmp_path)
+    start = PointerSentinelForCausalLM.from_pretrained(tmp_path / "open")
+    out = tmp_path / "only"
+    train_module().main([*flags("open", out), "--max_train_steps", "3", "--unseen_word_rate", "1",
+                         "--unseen_word_max_count", "1000", "--oov_pointer", "--oov_pointer_only"])  # fmt: skip
+    trained = PointerSentinelForCausalLM.from_pretrained(out)
+    after, before = trained.state_dict(), start.state_dict()
+    assert {n for n in after if "oov_" not in n} == set(before)
+    assert all(torch.equal(after[n], before[n]) for n in before)
+    assert not torch.equal(trained.pointer.oov_query.weight, start.pointer.query.weight)
+    assert not torch.equal(trained.model.oov_embedding, start.model.embed_tokens.weight[start.config.unk_token_id])
+
+
 def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
     """examples/configs/wt2_copy_unseen.json, the run behind the shipped oov-pointer folder: its flags parse, it grows
     the shipped WikiText-2 pointer model's head for placeholders, and the exported folder records it."""
@@ -648,6 +668,6 @@ def test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate(t
     assert not torch.equal(resumed.pointer.query.weight, saved["pointer.query.weight"])  # the rest trained on
     with pytest.raises(SystemExit):
         run("rate", 2, "--oov_pointer_learning_rate", "0.1")
-    assert "--oov_pointer_learning_rate is the rate of the placeholders' own weights: add --oov_pointer" in (
+    assert "--oov_pointer_learning_rate is about the placeholders' own weights: add --oov_pointer" in (
         capsys.readouterr().err
     )
