@@ -10,14 +10,16 @@ int8 over the same streams. examples/onnx_generate.py decodes from OUT with onnx
 
 The graph is one decode step, `decode_step` (modeling_pointer_sentinel.py): inputs are the token ids (B,), each
 layer's hidden and cell state (B, H), and the pointer window as a ring (keys (B, L, D), ids (B, L), valid (B, L), slot
-(), and with `config.oov_pointer` each key's c_i, context (B, L, D)); outputs are log p (B, V + N), the mixture's, and
-the same state after the step. N is `config.oov_slots`: ids V ... V+N-1 are placeholders for a text's out-of-vocabulary
-words (the folder's tokenizer assigns them), which the pointer copies and which share `<unk>`'s vocabulary mass, as in
-the model's forward (a model without a pointer gives them log p = -inf). The batch size is dynamic. The
-exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain tensor
-operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the TorchScript
-exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized per call) of
-the matrix products and the embedding lookup.
+(), and with `config.oov_pointer` each key's c_i, context (B, L, D)), and with `config.oov_slots` each row's history,
+oov_used (B,) (k, the slots it has used) and unk_count (B,) (its literal `<unk>`); outputs are log p (B, V + N), the
+mixture's, and the same state after the step. N is `config.oov_slots`: ids V ... V+N-1 are placeholders for a text's
+out-of-vocabulary words (the folder's tokenizer numbers them in order of first occurrence), which the pointer copies
+and which take their share of `<unk>`'s vocabulary mass, as in the model's forward (`new_word`: a first occurrence,
+V+k, and a used slot out of the window's reach score as forward's logits and loss score them). The batch size is
+dynamic. The exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain
+tensor operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the
+TorchScript exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized
+per call) of the matrix products and the embedding lookup.
 """
 
 import argparse
@@ -70,7 +72,12 @@ from tqdm.auto import tqdm  # noqa: E402
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
 from modeling_pointer_sentinel.generation_pointer_sentinel import DecodeState, decode_state  # noqa: E402
-from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders, decode_step, pack_weights  # noqa: E402
+from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
+    Placeholders,
+    decode_step,
+    pack_weights,
+    pointer_mixture,
+)
 
 
 class DecodeStepGraph(torch.nn.Module):
@@ -83,24 +90,29 @@ class DecodeStepGraph(torch.nn.Module):
     def forward(self, input_ids, *state):
         n = self.layers
         state = [t.clone() for t in state]  # decode_step updates its state in place; the graph returns a new one
-        window = (
-            state[2 * n :] if self.model.pointer is not None else [None, None, None, torch.zeros((), dtype=torch.long)]
-        )
-        s = DecodeState(state[:n], state[n : 2 * n], *window)
+        places = Placeholders.of(self.model.config)
+        history, window = (state[-2:], state[2 * n : -2]) if places else ([None, None], state[2 * n :])
+        if self.model.pointer is None:
+            window = [None, None, None, torch.zeros((), dtype=torch.long)]
+        s = DecodeState(state[:n], state[n : 2 * n], *window, *[None] * (5 - len(window)), *history)  # no context: None
         # Packed inside the graph: the exporter then meets each parameter through its module, once, so a tied
         # embedding is one initializer (the runtime folds the packing's concatenations when it loads the file).
         log_p, _ = decode_step(self.model, pack_weights(self.model, input_first=False), s, input_ids, True)
         if self.model.pointer is None:  # the plain LSTM's step gives logits: normalise them here
             log_p = torch.log_softmax(log_p, -1)
-            if places := Placeholders.of(self.model.config):  # forward's width: it cannot copy a placeholder
-                log_p = torch.nn.functional.pad(log_p, (0, places.n), value=-torch.inf)
+            if places:  # forward's width, the new word's share on its columns: `pointer_mixture` with nothing to
+                # copy (one slot of mass 0: ONNX Runtime's reductions over an empty axis give NaN)
+                nothing = log_p.new_zeros(log_p.shape[0], 1)
+                places = places._replace(used=s.used, unk_count=s.unk_count)
+                log_p = pointer_mixture(log_p, nothing[:, 0], nothing, nothing.long(), places)
         return (log_p, *state_tensors(s))
 
 
 def state_tensors(s: DecodeState) -> list[torch.Tensor]:
     """A DecodeState as the graph's state inputs and outputs, in `io_names`' order."""
     window = [s.keys, s.ids, s.valid, s.slot] if s.keys is not None else []
-    return [*s.hidden, *s.cell, *window] + ([s.context] if s.context is not None else [])
+    history = [s.used, s.unk_count] if s.used is not None else []
+    return [*s.hidden, *s.cell, *window] + ([s.context] if s.context is not None else []) + history
 
 
 def io_names(model) -> tuple[list[str], list[str]]:
@@ -109,6 +121,7 @@ def io_names(model) -> tuple[list[str], list[str]]:
     if model.pointer is not None:
         state += ["window_keys", "window_ids", "window_valid", "window_slot"]
         state += ["window_context"] if model.config.oov_pointer else []
+    state += ["oov_used", "unk_count"] if model.config.oov_slots else []
     return ["input_ids", *state], ["log_probs", *(f"{s}.out" for s in state)]
 
 

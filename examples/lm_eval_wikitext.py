@@ -9,8 +9,8 @@ shipped WikiText-2 model (--model to change).
   `-`), re-tokenised by the model's tokenizer, and aligned with the original tokens: the share of the original tokens
   given back, and the `<unk>` rate before and after.
 - task: lm-eval's `wikitext` task definition (its detokeniser and word counts) on the bundled articles as a local
-  dataset (no Hub access), through lm-eval's HF model class with remote code; a word the vocabulary lacks scores as
-  the model scores it (`name_new_words`). It prints lm-eval's word_perplexity
+  dataset (no Hub access), through lm-eval's own HF model class (`--model hf`) with remote code: the model's `logits`
+  score every word, one the vocabulary lacks included, as its loss does. It prints lm-eval's word_perplexity
   and byte_perplexity, and the per-token perplexity in the card's unit: exp(total NLL / tokens scored), where lm-eval
   gives NLL = log(word_perplexity) x words.
 """
@@ -60,28 +60,6 @@ def roundtrip(tokenizer, docs: list[str]) -> dict:
             "unk_rate": unk_before / original, "unk_rate_detokenised": unk_after / retokenised}  # fmt: skip
 
 
-def name_new_words(logits, ids, config):
-    """The model's distribution with its new-word event named as the tokenizer writes it. A word the vocabulary lacks
-    is a placeholder; where the next token is one the pointer's window does not hold (its first occurrence, or one
-    out of reach), the model's event is `<unk>`'s "new word" (forward's loss scores it so), and the tokenizer wrote it
-    as that placeholder: the two columns swap, which keeps the distribution normalised. lm-eval gathers the next
-    token's log-probability, so it then scores each word as the model does."""
-    import torch
-
-    V, unk, L = config.vocab_size, config.unk_token_id, config.pointer_window
-    if not config.oov_slots:
-        return logits
-    nxt = ids[:, 1:]
-    past = torch.nn.functional.pad(ids, (L - 1, 0), value=-1).unfold(1, L, 1)[:, : nxt.shape[1]]  # (B, T-1, L)
-    held = (past == nxt.unsqueeze(-1)).any(-1) if config.use_pointer else torch.zeros_like(nxt, dtype=torch.bool)
-    rows, cols = torch.nonzero((nxt >= V) & ~held, as_tuple=True)
-    if rows.numel():
-        logits = logits.clone()
-        y = nxt[rows, cols]
-        logits[rows, cols, y], logits[rows, cols, unk] = logits[rows, cols, unk], logits[rows, cols, y]
-    return logits
-
-
 def run_task(model: str, docs: list[str], limit: int | None, max_length: int) -> dict:
     """lm-eval's `wikitext` task on `docs` as a local dataset; its metrics and the per-token perplexity."""
     import lm_eval.tasks.wikitext.preprocess_wikitext as wikitext_task
@@ -102,12 +80,7 @@ def run_task(model: str, docs: list[str], limit: int | None, max_length: int) ->
             "training_split: null\nvalidation_split: null\ntest_split: test\n"
         )  # fmt: skip
         device = "cuda" if torch.cuda.is_available() else "cpu"
-
-        class PointerSentinelLM(HFLM):
-            def _model_call(self, inps, attn_mask=None, labels=None):
-                return name_new_words(super()._model_call(inps, attn_mask, labels), inps, self.model.config)
-
-        lm = PointerSentinelLM(pretrained=model, trust_remote_code=True, dtype="float32", max_length=max_length,
+        lm = HFLM(pretrained=model, trust_remote_code=True, dtype="float32", max_length=max_length,
                                batch_size=1, device=device)  # fmt: skip
         out = simple_evaluate(model=lm, tasks=["wikitext_bundled"], task_manager=TaskManager(include_path=tmp))
     metrics = out["results"]["wikitext_bundled"]

@@ -74,6 +74,11 @@ class OnnxPointerSentinel:
         self.eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
         self.pad = gen.get("pad_token_id", next(iter(self.eos), 0))
         self.suppress = list(gen.get("suppress_tokens") or [])
+        # With <unk>, each row's next unused slot V + k (state oov_used = k): a new word, with no spelling to write
+        model = json.loads((folder / "config.json").read_text())
+        self.vocab_size, self.oov_slots = model["vocab_size"], model.get("oov_slots", 0)
+        new_slot = "oov_used" in self.names and model.get("unk_token_id") in self.suppress
+        self.new_slot = self.names.index("oov_used") if new_slot else None
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
         """A prompt's ids and its table of out-of-vocabulary words (index k: the word of id V + k), as the pipeline
@@ -142,6 +147,10 @@ class OnnxPointerSentinel:
         for i in range(max_new_tokens):
             scores = log_p.astype(np.float64)
             scores[:, self.suppress] = -np.inf
+            if self.new_slot is not None:
+                k = state[self.new_slot]
+                rows = np.flatnonzero(k < self.oov_slots)
+                scores[rows, self.vocab_size + k[rows]] = -np.inf
             if do_sample:
                 scores = scores / temperature
                 if top_k:

@@ -289,6 +289,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     load_resume,
     make_optimizer,
     make_segment,
+    number_slots_per_row,
     rank_streams,
     run_segment,
     segment_schedule,
@@ -403,6 +404,8 @@ def main(argv=None):
     stride = args.stride if args.stride is not None else cfg.pointer_window
     try:
         train, evals = rank_streams(ids, B, E, W, accelerator.process_index, accelerator.device)
+        if args.unseen_word_rate:  # each row's slots from 0, as the tokenizer numbers a text's unseen words
+            train = number_slots_per_row(train, cfg.vocab_size)
         check_streams(train.shape[1], W * B, args.scheme, args.bptt, cfg.pointer_window, stride)
         check_tokens_per_stream(resume, saved_layout, train.shape[1])
     except ValueError as e:  # too few tokens for the streams or for the scheme, or not the checkpoint's

@@ -24,7 +24,7 @@ from .checkpointing import CheckpointError, load_checkpoint, read_manifest, resh
 from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
-from .modeling_pointer_sentinel import PointerSentinelCache, PointerSentinelForCausalLM
+from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, PointerSentinelForCausalLM
 from .tokenization import ends_lines_with_eos
 
 
@@ -203,6 +203,25 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
     slots = placeholder_slots(at.tolist(), ids[at].tolist(), oov_slots, window)
     kept = torch.tensor([k >= 0 for k in slots], dtype=torch.bool)
     out[at[kept]] = vocab_size + torch.tensor(slots, dtype=ids.dtype)[kept]
+    return out
+
+
+def number_slots_per_row(streams: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(B, n) streams whose placeholders are numbered 0, 1, 2, ... in each row's order of first occurrence, as the
+    tokenizer numbers a text's unseen words and the model's new-word share reads them (`new_word`):
+    `simulate_unseen_words` numbers the whole split, and a row starts part-way through it. Renaming slots row by row
+    keeps which positions share a slot, so the windows hold what they held."""
+    out = streams.clone()
+    for row in out:
+        at = (row >= vocab_size).nonzero().squeeze(1)
+        if at.numel() == 0:
+            continue
+        slots, which = torch.unique(row[at], return_inverse=True)
+        first = torch.full((len(slots),), at.numel(), device=row.device)
+        first = first.scatter_reduce(0, which, torch.arange(at.numel(), device=row.device), "amin")
+        order = torch.empty_like(first)
+        order[first.argsort()] = torch.arange(len(slots), device=row.device)
+        row[at] = vocab_size + order[which]
     return out
 
 
@@ -389,14 +408,25 @@ def run_segment(model, seg: Segment, cache: PointerSentinelCache, scheme: str, o
         out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=cache, **kw)
         return out.loss, out, out.past_key_values.detach_()
     fresh = PointerSentinelCache()  # a new window each segment: every key is recomputed with the current weights
-    fresh.hidden, fresh.cell = cache.hidden, cache.cell
+    fresh.hidden, fresh.cell, fresh.oov_used, fresh.unk_count = (
+        cache.hidden,
+        cache.cell,
+        cache.oov_used,
+        cache.unk_count,
+    )
     out = model(seg.input_ids, shift_labels=seg.shift_labels, past_key_values=fresh, split_state_at=seg.split or None,
                 **kw)  # fmt: skip
     nxt = PointerSentinelCache()
     if seg.split:
         nxt.hidden, nxt.cell = ([t.detach() for t in ts] for ts in out.split_state)
+        if places := Placeholders.of(model.config):  # the row's history where the next segment starts (`new_word`)
+            x = seg.input_ids[:, : seg.split]
+            zero = x.new_zeros(x.shape[0])
+            start = (t if t is not None else zero for t in (cache.oov_used, cache.unk_count))
+            nxt.oov_used, nxt.unk_count = (t[:, -1] for t in places.history(x, torch.ones_like(x, dtype=torch.bool),
+                                                                             *start))  # fmt: skip
     else:
-        nxt.hidden, nxt.cell = cache.hidden, cache.cell
+        nxt.hidden, nxt.cell, nxt.oov_used, nxt.unk_count = cache.hidden, cache.cell, cache.oov_used, cache.unk_count
     return out.loss, out, nxt
 
 

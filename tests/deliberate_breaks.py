@@ -3099,6 +3099,62 @@ MUTS += [
     ),
 ]
 
+LET = "tests/test_logits_every_target.py"
+OVM = "tests/test_open_vocabulary.py"
+MUTS += [  # issue 54 part 0: logits carry the model's own probability of every target (`new_word`)
+    (
+        "logits every target: the new-word mass left on <unk> in open rows",
+        M,
+        "    qualify = ((slots < k) & ~in_window) | (slots == k)",
+        "    qualify = ((slots < k) & ~in_window) & (slots == k)",
+        [LET, f"{OVM}::test_unk_share_goes_to_window_placeholders_and_new_words"],
+    ),
+    (
+        "logits every target: k not carried by the cache",
+        M,
+        "        cache.oov_used, cache.unk_count = used[:, -1], unk_count[:, -1]",
+        "        cache.oov_used, cache.unk_count = used[:, -1] * 0, unk_count[:, -1]",
+        [LET],
+    ),
+    (
+        "logits every target: the decode step ignores k",
+        M,
+        "        state.used.copy_(used[:, 0])",
+        "        state.used.copy_(used[:, 0] * 0)",
+        [
+            f"{OVM}::test_decode_step_equals_forward_with_placeholders",
+            f"{OVM}::test_fast_generate_equals_forward_with_placeholders",
+        ],
+    ),
+    (
+        "logits every target: write_back drops k",
+        GEN,
+        "        cache.oov_used, cache.unk_count = state.used, state.unk_count",
+        "        cache.oov_used, cache.unk_count = state.used * 0, state.unk_count",
+        [f"{OVM}::test_decode_step_equals_forward_with_placeholders"],
+    ),
+    (
+        "logits every target: the ONNX state drops k",
+        OX,
+        "        history, window = (state[-2:], state[2 * n : -2]) if places else ([None, None], state[2 * n :])",
+        "        history, window = ([state[-2] * 0, state[-1]], state[2 * n : -2]) if places else ([None, None], state[2 * n :])",
+        [ONNX],
+    ),
+    (
+        "logits every target: generate writes the next unused slot (no spelling)",
+        GEN,
+        "        return suppress_new_slot(mixed, places.first, places.n, places.used) if self.stash.suppress_new_slot else mixed",
+        "        return mixed",
+        [f"{LET}::test_generate_never_writes_a_new_slot_which_has_no_spelling"],
+    ),
+    (
+        "logits every target: training rows keep the split's slot numbering",
+        T,
+        "            train = number_slots_per_row(train, cfg.vocab_size)",
+        "            pass",
+        [f"{OVM}::test_train_py_teaches_copying_with_simulated_unseen_words"],
+    ),
+]
 MUTS += [  # issue 53 part 2: evaluate.py and try_pretrained.py input, the token cache's dtype, README figures
     (
         "cli: evaluate.py takes --num_threads but never sets torch's threads",

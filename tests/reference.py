@@ -71,10 +71,11 @@ def vocab_probs(model, h):
 
 
 @torch.no_grad()
-def reference_batch(model, ids, masks=None, state=None, window=None):
+def reference_batch(model, ids, masks=None, state=None, window=None, history=None):
     """ids (B, T). Per position the mixture distribution p (B, T, V + oov_slots), the gate g (B, T) and the attention
     over positions t-L+1..t (B, T, L; 0 where no position exists), the state after the call and the last L (h, id)
-    of each row (oldest first). `masks` from `draw_masks` for a training-mode forward; None for evaluation."""
+    of each row (oldest first). `masks` from `draw_masks` for a training-mode forward; None for evaluation.
+    history: per row (slots used, literal <unk> seen) before the call (default none)."""
     cfg, lstm = model.config, model.model
     masks = masks or {"layers": [{} for _ in lstm.layers]}
     L, (B, T) = cfg.pointer_window, ids.shape
@@ -90,8 +91,11 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
         else:
             hs, cs = [h[b] for h in state[0]], [c[b] for c in state[1]]
         past = list(window[b]) if window is not None else []
-        top = []
+        top, seen = [], []  # seen: (k, n_unk) after each position
+        used, n_unk = history[b] if history is not None else (0, 0)
         for t in range(T):
+            used, n_unk = max(used, int(ids[b, t]) - V + 1), n_unk + int(ids[b, t] == unk)
+            seen.append((used, n_unk))
             word = int(ids[b, t]) if ids[b, t] < V else unk  # a placeholder reads <unk>'s embedding
             own = lstm.oov_embedding is not None and ids[b, t] >= V  # or the placeholders' own
             x = (lstm.oov_embedding if own else emb[word]) * (masks["input"][b, 0] if "input" in masks else 1.0)
@@ -110,8 +114,9 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
         for t in range(T):
             h = top[t][0]
             p_vocab = vocab_probs(model, h)
-            if model.pointer is None:
-                p_out[b, t, :V] = p_vocab
+            if model.pointer is None:  # no window: every used slot is out of reach
+                p = torch.cat([p_vocab, p_vocab.new_zeros(N)])
+                p_out[b, t] = new_word(p, float(p_vocab[unk]), set(), *seen[t], V, N, unk) if N else p
                 continue
             now = len(past) + t
             win = [seq[i] if i >= 0 else None for i in range(now - L + 1, now + 1)]  # oldest first, current last
@@ -134,19 +139,36 @@ def reference_batch(model, ids, masks=None, state=None, window=None):
                 if w is not None:
                     p[w[1]] += ai  # mass on h_i goes to its input token x_i
             M = float(p[V:].sum())  # the pointer's mass on the window's out-of-vocabulary words
+            u, r = g * float(p_vocab[unk]) if N else 0.0, 0.0
             if M > 0:  # <unk>'s vocabulary share u = g p_vocab(<unk>): r to those, 1 - r to a new word
-                u = g * float(p_vocab[unk])
                 odds = (
                     M / g * (math.exp(float(oq_r.weight @ h + oq_r.bias)) if (oq_r := model.pointer.oov_repeat) else 1)
                 )
                 r = odds / (1 + odds)
                 p[V:] += u * r * p[V:] / M
                 p[unk] -= u * r
+            held = {w[1] - V for w in win if w is not None and w[1] >= V}
+            p = new_word(p, u * (1 - r), held, *seen[t], V, N, unk) if N else p
             p_out[b, t], g_out[b, t], a_out[b, t] = p, g, torch.tensor(a, dtype=a_out.dtype)
         new_window.append(seq[-L:])
     state_out = ([torch.stack([s[0][k] for s in new_state]) for k in range(len(lstm.layers))],
                  [torch.stack([s[1][k] for s in new_state]) for k in range(len(lstm.layers))])  # fmt: skip
     return p_out, g_out, a_out, state_out, new_window
+
+
+def new_word(p, p_new, held, k, n_unk, V, N, unk):
+    """p with the new-word mass p_new, which sits on <unk>, shared: <unk> keeps (n_unk + 1/2) / (n_unk + k + 1) of it,
+    the rest goes evenly to the slots a new word is written as, the next unused one (k < N) and the used ones not in
+    the window (`held`); all of it stays on <unk> where there is none."""
+    group = [j for j in range(N) if (j < k and j not in held) or j == k]
+    if not group:
+        return p
+    moved = p_new * (k + 0.5) / (n_unk + k + 1)
+    p = p.clone()
+    p[unk] -= moved
+    for j in group:
+        p[V + j] += moved / len(group)
+    return p
 
 
 def reference(model, ids):

@@ -63,14 +63,14 @@ def test_the_round_trip_counts_aligned_tokens_only():
 
 @pytest.mark.parametrize("use_pointer", [True, False])
 def test_lm_eval_scores_words_the_vocabulary_lacks_as_the_models_loss_does(use_pointer):
-    """First occurrences, repeats inside the pointer's window and beyond it: lm-eval's gather of the next token from
-    the renamed distribution is forward's target log-probability, and the distribution stays normalised."""
+    """First occurrences, repeats inside the pointer's window and beyond it, literal <unk>: lm-eval's gather of the
+    next token from `logits` is forward's target log-probability, and the distribution stays normalised."""
     from conftest import tiny_model
 
     m = tiny_model(oov_slots=4, unk_token_id=3, pointer_window=4, use_pointer=use_pointer).eval()
     ids = torch.tensor([[1, 23, 2, 23, 5, 24, 3, 6, 7, 8, 9, 23, 24, 25, 25]])  # 23 leaves the window, comes back
     with torch.no_grad():  # lm-eval reads the positions of all but the last input, the targets from the inputs
         out, logits = m(ids[:, :-1], shift_labels=ids[:, 1:]), m(ids).logits
-    log_p = lm_eval_wikitext.name_new_words(logits, ids, m.config)[:, :-1].log_softmax(-1)
+    log_p = logits[:, :-1].log_softmax(-1)
     torch.testing.assert_close(log_p.gather(-1, ids[:, 1:, None])[..., 0], out.target_log_probs)
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(1, 14))

@@ -54,34 +54,31 @@ def test_mixture_with_placeholders_matches_loop_reference(variant):
     torch.testing.assert_close(torch.softmax(out.logits, -1), p, atol=1e-10, rtol=1e-8)
     torch.testing.assert_close(p.sum(-1), torch.ones(1, 9, dtype=p.dtype))  # normalised over all V + N outputs
     torch.testing.assert_close(out.gate, g)
-    # a placeholder target the window holds scores its copy; one it does not (a first occurrence) scores <unk>,
-    # the "new word" that the vocabulary's <unk> share keeps
-    nll = []
-    for t in range(8):
-        y = int(BATCH[0, t + 1])
-        # (the plain LSTM cannot copy: every placeholder is a new word to it)
-        held = y < V or (variant != "plain" and y in BATCH[0, max(0, t - 5) : t + 1].tolist())
-        nll.append(-math.log(p[0, t, y if held else UNK]))
+    # every target scores its own column, a first occurrence included (`new_word`)
+    nll = [-math.log(p[0, t, int(BATCH[0, t + 1])]) for t in range(8)]
     assert out.loss.item() == pytest.approx(sum(nll) / len(nll), rel=1e-9)
 
 
 def test_unk_share_goes_to_window_placeholders_and_new_words():
-    """Row 0 position 2 holds 23 in its window: 23's probability is its pointer mass times 1 + u / (g + M), and
-    <unk> keeps u g / (g + M); a placeholder outside the window gets nothing."""
+    """Row 0 position 2 holds 23 in its window: 23's probability is its pointer mass times 1 + u / (g + M); the new
+    word's u g / (g + M) goes 1/4 to <unk> and 3/4 to the next unused slot, 24 (k = 1 slot used, no literal <unk>:
+    (0 + 1/2) / (0 + 1 + 1)); the slots after it get nothing."""
     m = model().double()
     out = m(BATCH[:1])
     g, a = out.gate[0, 2].item(), out.pointer_attention[0, 2]
     vocab = torch.softmax(out.vocab_logits[0, 2], -1)
     u, M = g * vocab[UNK].item(), a[-2].item()  # the window's placeholder: position 1 (23)
     assert out.logits[0, 2, 23].exp().item() == pytest.approx(M * (1 + u / (g + M)), rel=1e-9)
-    assert out.logits[0, 2, UNK].exp().item() == pytest.approx(u * g / (g + M), rel=1e-9)
-    assert out.logits[0, 2, 24:].exp().sum().item() == 0.0
+    assert out.logits[0, 2, UNK].exp().item() == pytest.approx(u * g / (g + M) / 4, rel=1e-9)
+    assert out.logits[0, 2, 24].exp().item() == pytest.approx(u * g / (g + M) * 3 / 4, rel=1e-9)
+    assert out.logits[0, 2, 25:].exp().sum().item() == 0.0
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
-    """Ids below V (a literal <unk> included): the first V outputs, the loss and the target log-probabilities are
-    bit for bit the closed-vocabulary model's, so every shipped closed-vocabulary figure stands."""
+    """Ids below V (a literal <unk> included): every output but <unk> and the slots, and every target's log-probability
+    but <unk>'s, are bit for bit the closed-vocabulary model's. <unk> shares its new-word mass with slot 0: at the
+    (n+1)-th literal <unk> of a row it keeps (n + 1/2) / (n + 1) of it (`new_word`)."""
     ids = torch.tensor([[1, 3, 2, 3, 5, 1, 2, 3, 7], [4, 4, 3, 9, 3, 2, 1, 0, 3]])
     kw = {k: v for k, v in VARIANTS[variant].items() if k != "oov_pointer"}
     closed_model = tiny_model(pointer_window=6, unk_token_id=UNK, **kw).eval()
@@ -92,9 +89,12 @@ def test_corpus_form_text_scores_exactly_as_closed_vocabulary(variant):
     assert set(missing) == (own
                             if variant == "oov_pointer" else set())  # fmt: skip
     closed, open_ = closed_model(ids, labels=ids), open_model(ids, labels=ids)
-    assert torch.equal(open_.logits[..., :V], closed.logits) and torch.equal(open_.loss, closed.loss)
-    assert torch.equal(open_.target_log_probs, closed.target_log_probs)
-    assert torch.isneginf(open_.logits[..., V:]).all()
+    other = torch.arange(V) != UNK
+    assert torch.equal(open_.logits[..., :V][..., other], closed.logits[..., other])
+    y = ids[:, 1:]
+    assert torch.equal(open_.target_log_probs[:, :-1][y != UNK], closed.target_log_probs[:, :-1][y != UNK])
+    assert (open_.target_log_probs[:, :-1][y == UNK] < closed.target_log_probs[:, :-1][y == UNK]).all()
+    assert torch.isfinite(open_.logits[..., V]).all() and torch.isneginf(open_.logits[..., V + 1 :]).all()
 
 
 def test_mixture_without_placeholders_is_bit_exact_with_many_literal_unk():
@@ -125,7 +125,11 @@ def test_mixture_gradient_path_equals_scoring_path():
     ids = sliding_window(torch.cat([BATCH[:1].new_zeros(1, 6), BATCH[:1]], 1), 6)[0]
     vocab = torch.log_softmax(out.vocab_logits[0], -1).requires_grad_()
     log_gate = out.gate[0].log().requires_grad_()
-    with_grad = pointer_mixture(vocab, log_gate, out.pointer_attention[0], ids, Placeholders.of(m.config))
+    places = Placeholders.of(m.config)
+    zero = torch.zeros(1, dtype=torch.long)
+    used, unk_count = places.history(BATCH[:1], torch.ones_like(BATCH[:1], dtype=torch.bool), zero, zero)
+    places = places._replace(used=used[0], unk_count=unk_count[0])
+    with_grad = pointer_mixture(vocab, log_gate, out.pointer_attention[0], ids, places)
     torch.testing.assert_close(with_grad, out.logits[0])
     with_grad[torch.isfinite(with_grad)].sum().backward()
     assert torch.isfinite(vocab.grad).all() and torch.isfinite(log_gate.grad).all()
@@ -147,6 +151,7 @@ def test_decode_step_equals_forward_with_placeholders(variant):
     assert (cache.window_context is None) == (variant != "oov_pointer")
     for name in ("window_states", "window_context"):
         torch.testing.assert_close(getattr(mirror, name), getattr(cache, name), msg=name)
+    assert torch.equal(mirror.oov_used, cache.oov_used) and torch.equal(mirror.unk_count, cache.unk_count)
 
 
 def test_chunks_after_right_padding_score_as_the_whole_with_placeholders():
@@ -473,6 +478,10 @@ def test_train_py_teaches_copying_with_simulated_unseen_words(tmp_path, capsys):
     plain, rewritten = run("open"), run("open", "--unseen_word_rate", "1", "--unseen_word_max_count", "1000")
     losses = lambda rows: [r["train_loss"] for r in rows if "train_loss" in r]  # noqa: E731
     assert losses(plain) != losses(rewritten)
+    # every placeholder target scores finite: each row's slots numbered from 0 (`number_slots_per_row`), the window
+    # scheme carrying the row's history across segments
+    assert all(math.isfinite(x) for x in losses(rewritten) + losses(run("open", "--unseen_word_rate", "1",
+               "--unseen_word_max_count", "1000", "--scheme", "window")))  # fmt: skip
     with pytest.raises(SystemExit):
         run("closed", "--unseen_word_rate", "0.5")
     assert "--unseen_word_rate needs a model with oov_slots >= 2" in capsys.readouterr().err

@@ -51,6 +51,8 @@ class PointerSentinelCache:
         self.window_ids: torch.Tensor | None = None
         self.window_mask: torch.Tensor | None = None
         self.window_context: torch.Tensor | None = None  # (B, L, D) each window key's c_i, with `config.oov_pointer`
+        self.oov_used: torch.Tensor | None = None  # (B,) slots each row has used, k, with `config.oov_slots`
+        self.unk_count: torch.Tensor | None = None  # (B,) its literal <unk>, n_unk (`new_word`)
         self.seen_tokens = 0
 
     @property
@@ -70,6 +72,8 @@ class PointerSentinelCache:
             )
         if self.window_context is not None:
             self.window_context = fn(self.window_context)
+        if self.oov_used is not None:
+            self.oov_used, self.unk_count = fn(self.oov_used), fn(self.unk_count)
         return self
 
     def reorder_cache(self, beam_idx: torch.LongTensor):
@@ -100,9 +104,10 @@ class PointerSentinelCache:
 
 class DecodeState(NamedTuple):
     """What one decode step reads and updates in place: per-layer (h, c), and the window as a ring of L slots
-    (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write.
-    Attention is a softmax over the slots and the mixture sums per word, so their order does not matter; the cache
-    gets them back oldest first."""
+    (keys, ids, valid; with `config.oov_pointer` also each key's c_i, context) of which `slot` is the next to write;
+    with `config.oov_slots` each row's history, used (k) and unk_count (n_unk) (`new_word`). Attention is a softmax
+    over the slots and the mixture sums per word, so their order does not matter; the cache gets them back oldest
+    first."""
 
     hidden: list[torch.Tensor]
     cell: list[torch.Tensor]
@@ -111,6 +116,8 @@ class DecodeState(NamedTuple):
     valid: torch.Tensor | None  # (B, L)
     slot: torch.Tensor  # () long
     context: torch.Tensor | None = None  # (B, L, D)
+    used: torch.Tensor | None = None  # (B,) long
+    unk_count: torch.Tensor | None = None  # (B,) long
 
 
 def decode_state(cache: PointerSentinelCache) -> DecodeState:
@@ -121,12 +128,15 @@ def decode_state(cache: PointerSentinelCache) -> DecodeState:
         cache.window_states.clone() if window else None, cache.window_ids.clone() if window else None,
         cache.window_mask.clone() if window else None, torch.zeros((), dtype=torch.long, device=cache.hidden[0].device),
         cache.window_context.clone() if cache.window_context is not None else None,
+        *((cache.oov_used.clone(), cache.unk_count.clone()) if cache.oov_used is not None else ()),
     )  # fmt: skip
 
 
 def write_back(state: DecodeState, cache: PointerSentinelCache, steps: int):
     """The decoded steps into the cache, the window oldest first again."""
     cache.hidden, cache.cell = state.hidden, state.cell
+    if state.used is not None:
+        cache.oov_used, cache.unk_count = state.used, state.unk_count
     if state.keys is not None:
         shift = -int(state.slot)
         cache.window_states, cache.window_ids, cache.window_mask = (
@@ -230,6 +240,7 @@ class PointerStash:
         self.pointer_probs: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None
         self.placeholders = None  # the model's `Placeholders`, or None for a closed vocabulary
+        self.suppress_new_slot = False  # generate suppresses <unk>, so each row's next unused slot too
 
 
 class PointerSentinelLogitsProcessor(LogitsProcessor):
@@ -244,7 +255,18 @@ class PointerSentinelLogitsProcessor(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.stash.log_gate is None:
             raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
-        return self.model._mix_stashed(scores, self.stash)
+        mixed, places = self.model._mix_stashed(scores, self.stash), self.stash.placeholders
+        return suppress_new_slot(mixed, places.first, places.n, places.used) if self.stash.suppress_new_slot else mixed
+
+
+def suppress_new_slot(scores: torch.Tensor, first: int, n: int, used: torch.Tensor | None) -> torch.Tensor:
+    """-inf, in place, on each row's next unused slot first + k (k = used < n): a new word, which has no spelling to
+    write, as `<unk>` has none. scores (B, first + n), used (B,)."""
+    if used is None:
+        return scores
+    k = used.unsqueeze(-1)
+    column = (first + k).clamp(max=scores.shape[-1] - 1)
+    return scores.scatter_(-1, column, torch.where(k < n, -torch.inf, scores.gather(-1, column)))
 
 
 class PointerSentinelGenerationMixin(GenerationMixin):
@@ -343,6 +365,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             if done:
                 break
             log_p, vocab = self._decode_step(weights, state, tokens, mix, compiled)  # generate runs under no_grad
+            if mix and stash.suppress_new_slot:
+                log_p = suppress_new_slot(log_p, self.config.vocab_size, self.config.oov_slots, state.used)
             steps += 1
             logits = vocab.float()
             # later masks in place, so it gets scores of its own, never the logits kept for output_logits
@@ -393,6 +417,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             # Forward hands the pointer to this stash and returns vocabulary logits; the processor mixes first,
             # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
             stash = model_kwargs.setdefault("pointer_stash", PointerStash())
+            stash.suppress_new_slot = self.config.unk_token_id in (generation_config.suppress_tokens or [])
             if stash.mix:
                 processors.insert(0, PointerSentinelLogitsProcessor(stash, self))
         return processors

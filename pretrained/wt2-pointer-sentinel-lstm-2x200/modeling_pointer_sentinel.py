@@ -361,17 +361,34 @@ class AdaptiveSoftmax(nn.Module):
 
 class Placeholders(NamedTuple):
     """Ids first ... first + n - 1 stand for the words of a text that the vocabulary lacks, one id per distinct word
-    (`config.oov_slots`; the tokenizer assigns them); unk is `<unk>`'s id. repeat_logit (per position, with
-    `config.oov_pointer`): the logit of r, the chance that a word outside the vocabulary is one the window holds."""
+    (`config.oov_slots`; the tokenizer numbers a row's words 0, 1, 2, ... in order of first occurrence); unk is
+    `<unk>`'s id. Per position: repeat_logit (with `config.oov_pointer`), the logit of r, the chance that a word
+    outside the vocabulary is one the window holds; the row's history up to it (inputs so far, cache included), used,
+    the slots it has used (k: its largest placeholder + 1 - first), and unk_count, its literal `<unk>` (`new_word`).
+    Without the history a new word reads as `<unk>`, as with a closed vocabulary."""
 
     first: int
     n: int
     unk: int
     repeat_logit: torch.Tensor | None = None
+    used: torch.Tensor | None = None
+    unk_count: torch.Tensor | None = None
 
     @classmethod
     def of(cls, config) -> "Placeholders | None":
         return cls(config.vocab_size, config.oov_slots, config.unk_token_id) if config.oov_slots else None
+
+    def history(self, ids: torch.Tensor, valid: torch.Tensor, used: torch.Tensor, unk_count: torch.Tensor):
+        """(k, n_unk) after each position of ids (B, T) (padding, valid False, counts for nothing), from the (B,)
+        values before them: the row's history as `new_word` reads it."""
+        slot = torch.where(valid, ids - self.first + 1, 0).clamp(min=0)
+        k = torch.maximum(slot.cummax(1).values if ids.shape[1] > 1 else slot, used.unsqueeze(1))  # ONNX: no cummax
+        return k, (valid & (ids == self.unk)).long().cumsum(1) + unk_count.unsqueeze(1)
+
+    def at(self, pick) -> "Placeholders":
+        """The per-position fields, each (B, T), through `pick` (positions to keep)."""
+        return self._replace(**{f: pick(getattr(self, f)) for f in ("repeat_logit", "used", "unk_count")
+                                if getattr(self, f) is not None})  # fmt: skip
 
 
 def embed(ids: torch.Tensor, weight: torch.Tensor, places: Placeholders | None, oov_embedding=None) -> torch.Tensor:
@@ -404,6 +421,33 @@ def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, place
     return has, log_new, torch.log1p(torch.exp(log_grow))
 
 
+def new_word(log_new, window_ids, held, places: Placeholders):
+    """Where the new-word mass P_new = u (1 - r) (`split_unknown`) goes: to the columns a word outside the vocabulary
+    and outside the window is written as, so that `logits` score every target as the loss does. A row that has used
+    k slots and shown n_unk literal `<unk>` writes such a word as `<unk>` (corpus text, or slots full) or as a slot:
+    the next unused one, V+k (k < N: the tokenizer's numbering), or a used one the window no longer holds (a repeat
+    out of reach). The two surfaces share P_new by the Krichevsky-Trofimov estimate from the row's own counts,
+        w_unk = (n_unk + 1/2) / (n_unk + k + 1),   w_slot = 1 - w_unk  (w_unk = 1 where no slot qualifies),
+    and w_slot is shared evenly by the qualifying slots. No tuning, and every target stays finite: corpus text costs
+    log((n + 1) / (n + 1/2)) at its (n+1)-th `<unk>` (about 1/2 log(pi n) a row in all), an open text as much at
+    each new word; other columns are untouched. Without the history (`places.used` None) w_unk = 1, today's closed
+    reading. held (..., L): the window's real positions. Returns log P_new w_unk (...) and each slot's log share
+    (..., N), -inf off the set."""
+    if places.used is None:
+        return log_new, log_new.new_full((*log_new.shape, places.n), -torch.inf)
+    V, n = places.first, places.n
+    k, slots = places.used.unsqueeze(-1), torch.arange(n, device=window_ids.device)
+    index = torch.where(held & (window_ids >= V), window_ids - V, n)  # the window's slots; the rest to a spare column
+    in_window = torch.zeros((*window_ids.shape[:-1], n + 1), dtype=torch.bool, device=window_ids.device)
+    in_window = in_window.scatter_(-1, index, True)[..., :n]
+    qualify = ((slots < k) & ~in_window) | (slots == k)
+    size = qualify.sum(-1)
+    kf, cf = places.used.to(log_new.dtype), places.unk_count.to(log_new.dtype)
+    log_w_unk = torch.where(size > 0, torch.log((cf + 0.5) / (cf + kf + 1)), 0)
+    log_w_slot = torch.log((kf + 0.5) / (cf + kf + 1)) - torch.log(size.clamp(min=1).to(log_new.dtype))
+    return log_new + log_w_unk, torch.where(qualify, (log_new + log_w_slot).unsqueeze(-1), -torch.inf)
+
+
 def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor,
                     window_ids: torch.Tensor, placeholders: Placeholders | None = None) -> torch.Tensor:  # fmt: skip
     """(2.4) log p(w) = log(g p_vocab(w) + sum_{i: x_i = w} a_i) over the vocabulary, touching only the window's
@@ -430,13 +474,17 @@ def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, point
         mixed = log_p.scatter(-1, window_ids, torch.where(first, m, m.detach()))
     if placeholders is None:
         return mixed
-    V, _, unk, _ = placeholders
+    V, unk = placeholders.first, placeholders.unk
     log_a = _safe_log(pointer_probs)
     has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], log_a, window_ids, placeholders)
-    # <unk> keeps the new word's share and the pointer's mass on literal <unk> positions
-    log_unk = torch.logaddexp(log_new, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
-    log_unk = torch.where(has, log_unk, mixed[..., unk]).unsqueeze(-1)
-    return torch.cat([mixed[..., :unk], log_unk, mixed[..., unk + 1 : V], mixed[..., V:] + log_grow[..., None]], -1)
+    log_new_unk, log_new_slots = new_word(log_new, window_ids, pointer_probs > 0, placeholders)
+    # <unk> keeps its share of a new word and the pointer's mass on literal <unk> positions
+    log_unk = torch.logaddexp(log_new_unk, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
+    if placeholders.used is None:  # the closed reading, exactly as before
+        log_unk = torch.where(has, log_unk, mixed[..., unk])
+    # a slot is a copy (in the window) or a new word (not): never both, and no NaN gradient from logaddexp
+    slots = torch.where(log_new_slots > -torch.inf, log_new_slots, mixed[..., V:] + log_grow[..., None])
+    return torch.cat([mixed[..., :unk], log_unk.unsqueeze(-1), mixed[..., unk + 1 : V], slots], -1)
 
 
 def pointer_target_log_prob(
@@ -449,13 +497,9 @@ def pointer_target_log_prob(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(2.6) log p(y) of the mixture and (2.5) log(g + sum_{x_i = y} a_i), for the targets alone (no vocabulary-
     sized tensor). Everything is in log space; the gradient stays finite when g -> 0 or y is absent from the window.
-    With `placeholders`, a placeholder target's vocab_target_log_prob is `<unk>`'s, which the split reads; one the
-    window does not hold (a first occurrence) is a new word, so it scores as `<unk>`.
+    With `placeholders`, a placeholder target's vocab_target_log_prob is `<unk>`'s, which the split reads: one the
+    window holds is a copy, any other takes its share of the new-word mass (`new_word`), as `pointer_mixture` gives it.
     """
-    if placeholders is not None:
-        V, _, unk, _ = placeholders
-        absent = (targets >= V) & ~(window_ids == targets.unsqueeze(-1)).any(-1)
-        targets = torch.where(absent, unk, targets)
     hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
     any_hit = hit.any(-1)
     # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
@@ -463,10 +507,13 @@ def pointer_target_log_prob(
     pointer = pointer.masked_fill(~any_hit, -torch.inf)
     vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
     if placeholders is not None:
+        V, n, unk = placeholders.first, placeholders.n, placeholders.unk
         # at the targets that read them (<unk>, placeholders) log_new and log_grow see <unk>'s p_vocab
-        has, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, placeholders)
+        _, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, placeholders)
+        log_new_unk, log_new_slots = new_word(log_new, window_ids, log_attention > -torch.inf, placeholders)
         copy = targets >= V
-        vocab = torch.where(copy, -torch.inf, torch.where(has & (targets == unk), log_new, vocab))
+        new_slot = log_new_slots.gather(-1, (targets - V).clamp(0, n - 1).unsqueeze(-1)).squeeze(-1)
+        vocab = torch.where(copy, new_slot, torch.where(targets == unk, log_new_unk, vocab))
         pointer = torch.where(copy, pointer + log_grow, pointer)
     return torch.logaddexp(vocab, pointer), hit_or_gate
 
@@ -833,8 +880,22 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
         return Pointer(log_gate, log_attention, window_ids, repeat_logit)
 
+    def _placeholders(self, cache, input_ids, mask, pointer: Pointer | None) -> Placeholders | None:
+        """The placeholders with their per-position fields: r's logit and the row's history, which the cache carries
+        (k and n_unk, (B,): `new_word`)."""
+        places = Placeholders.of(self.config)
+        if places is None:
+            return None
+        if cache.oov_used is None:
+            cache.oov_used = cache.unk_count = input_ids.new_zeros(input_ids.shape[0])
+        valid = mask if mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+        used, unk_count = places.history(input_ids, valid, cache.oov_used, cache.unk_count)
+        cache.oov_used, cache.unk_count = used[:, -1], unk_count[:, -1]
+        r = pointer.repeat_logit if pointer is not None else None
+        return places._replace(repeat_logit=r, used=used, unk_count=unk_count)
+
     # --- step 2: the loss on the targets alone (§2.5, §2.6) ------------------------------------------------------
-    def _loss(self, h, shift_labels, mask, pointer: Pointer | None, num_items_in_batch) -> _Loss:
+    def _loss(self, h, shift_labels, mask, pointer: Pointer | None, places, num_items_in_batch) -> _Loss:
         """Every position is computed and the uncounted ones are masked out: boolean indexing would sync the host
         and give data-dependent shapes (a graph break under torch.compile)."""
         B, T, _ = h.shape
@@ -843,7 +904,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         counted = shift_labels != -100
         if mask is not None:
             counted = counted & mask[:, at]
-        y, places = shift_labels.masked_fill(~counted, 0), Placeholders.of(self.config)
+        y = shift_labels.masked_fill(~counted, 0)
+        places = None if places is None else places.at(lambda t: t[:, at])
         # p_vocab of a placeholder target is <unk>'s, for a new word (the copies are the pointer's)
         y_vocab = y if places is None else y.masked_fill(y >= places.first, places.unk)
         if isinstance(self.lm_head, AdaptiveSoftmax):  # (2.1) for the targets alone
@@ -856,10 +918,13 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         n = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
         vocab_target = torch.where(counted, vocab_lp.detach(), 0)
         if pointer is None:
-            return _Loss(-torch.where(counted, vocab_lp, 0).sum() / n, None, vocab_target, vocab_target,
-                         vocab_logits, vocab_log_probs)  # fmt: skip
-        if places is not None and pointer.repeat_logit is not None:
-            places = places._replace(repeat_logit=pointer.repeat_logit[:, at])
+            log_p = vocab_lp
+            if places is not None:  # the new word's split (`new_word`) over an empty window
+                empty = y.unsqueeze(-1)[..., :0]
+                log_p = pointer_target_log_prob(vocab_lp, torch.zeros_like(vocab_lp), empty.to(vocab_lp.dtype), empty,
+                                                y, places)[0]  # fmt: skip
+            return _Loss(-torch.where(counted, log_p, 0).sum() / n, None, torch.where(counted, log_p.detach(), 0),
+                         vocab_target, vocab_logits, vocab_log_probs)  # fmt: skip
         log_p, log_gate_or_hit = pointer_target_log_prob(
             vocab_lp, _upcast(pointer.log_gate[:, at]), _upcast(pointer.log_attention[:, at]),
             pointer.window_ids[:, at], y, places,
@@ -872,7 +937,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
                      vocab_log_probs)  # fmt: skip
 
     # --- step 3: the mixture over the vocabulary, for scoring and generation (§2.4) ------------------------------
-    def _report(self, h, pointer: Pointer | None, loss: _Loss | None, logits_to_keep, pointer_stash):
+    def _report(self, h, pointer: Pointer | None, places, loss: _Loss | None, logits_to_keep, pointer_stash):
         """(logits, vocab_logits) at the kept positions. Next to a loss the mixture is a report: it carries no
         gradient, and reuses the loss's log-softmax when it covers the same positions."""
         T = h.shape[1]
@@ -882,14 +947,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         else:
             vocab_logits = self.lm_head(slice_logits_to_keep(h, logits_to_keep))
             vocab_log_probs = vocab_logits if isinstance(self.lm_head, AdaptiveSoftmax) else None  # normalised
-        places = Placeholders.of(self.config)
-        if places is not None and pointer is not None and pointer.repeat_logit is not None:
-            r = pointer.repeat_logit
-            r = r[:, -1] if pointer_stash is not None else slice_logits_to_keep(r[..., None], logits_to_keep)[..., 0]
-            places = places._replace(repeat_logit=r)
-        if pointer is None:  # placeholders cannot be copied: probability 0 (generate never picks them)
-            pad = places is not None and pointer_stash is None
-            return (F.pad(vocab_logits, (0, places.n), value=-torch.inf) if pad else vocab_logits), vocab_logits
+        if places is not None:
+            places = places.at(lambda t: t[:, -1] if pointer_stash is not None else
+                               slice_logits_to_keep(t[..., None], logits_to_keep)[..., 0])  # fmt: skip
+        if pointer is None:  # nothing to copy: the new word's split alone, on the logits (softmax is shift-invariant)
+            if places is None or pointer_stash is not None:  # generate offers the vocabulary alone
+                return vocab_logits, vocab_logits
+            empty = vocab_logits.new_zeros(*vocab_logits.shape[:-1], 0)
+            no_gate = vocab_logits.new_zeros(vocab_logits.shape[:-1])
+            return pointer_mixture(vocab_logits, no_gate, empty, empty.long(), places), vocab_logits
         if pointer_stash is not None:  # generate: the processor normalises once, then mixes the last position
             pointer_stash.log_gate = pointer.log_gate[:, -1]
             pointer_stash.pointer_probs = pointer.log_attention[:, -1].exp()
@@ -954,11 +1020,12 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         B, T, _ = h.shape
         mask = _call_mask(attention_mask, T)
         pointer = self._pointer(cache, h, input_ids, mask) if self.pointer is not None else None
-        loss = self._loss(h, shift_labels, mask, pointer, num_items_in_batch) if shift_labels is not None else None
+        places = self._placeholders(cache, input_ids, mask, pointer)
+        loss = None if shift_labels is None else self._loss(h, shift_labels, mask, pointer, places, num_items_in_batch)
         if self.training and loss is not None:
             logits = vocab_logits = None
         else:
-            logits, vocab_logits = self._report(h, pointer, loss, logits_to_keep, pointer_stash)
+            logits, vocab_logits = self._report(h, pointer, places, loss, logits_to_keep, pointer_stash)
         L = self.config.pointer_window
         out = PointerSentinelCausalLMOutput(
             loss=None if loss is None else loss.loss,
@@ -1052,6 +1119,12 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
     vocabulary logits themselves without the pointer (or with mix=False), as `generate`'s processors receive them
     from forward."""
     places = Placeholders.of(model.config)
+    if places is not None:  # the row's history, as forward's `_placeholders` carries it
+        used, unk_count = places.history(ids.unsqueeze(1), torch.ones_like(ids, dtype=torch.bool).unsqueeze(1),
+                                         state.used, state.unk_count)  # fmt: skip
+        state.used.copy_(used[:, 0])
+        state.unk_count.copy_(unk_count[:, 0])
+        places = places._replace(used=state.used, unk_count=state.unk_count)
     x = embed(ids, w.embedding, places, model.model.oov_embedding)
     p = model.config.zoneout
     for layer, h, c in zip(w.lstm, state.hidden, state.cell, strict=True):
