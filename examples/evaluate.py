@@ -8,6 +8,10 @@ r"""Evaluate a saved model: perplexity with and without the pointer, the neural 
 `--dynamic` adds Krause et al.'s dynamic evaluation (the weights adapt to the split as it is scored, at batch size 1;
 gradient statistics from the training split; `--dynamic_grid` chooses lr, lambda and segment length on validation).
 Standard conventions: one <eos> per line, the whole split as `--batch_size` contiguous streams, state carried.
+With an open-vocabulary model folder (placeholder ids for a text's unseen words, config `oov_slots`), the unseen
+words of raw text are read as placeholders, numbered per stream as the tokenizer numbers a text's, so the pointer's
+copies count; text in corpus form (literal <unk>) scores as before. The summary names the measure and the split's
+unseen-word rate; `--unseen_as_unk` reads unseen words as <unk> (a closed vocabulary's reading).
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
 model folder or data file, a cache setting out of range) stops the script with one `error:` line on stderr and exit
 status 2.
@@ -19,6 +23,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -72,7 +77,10 @@ def parse_args(argv=None):
     a("--max_tokens", type=int, default=None, help="evaluate the first N tokens only")
     a("--num_threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     a("--oov_types", type=int, default=None, help="the distinct words the split's <unk> stands for, for the "
-      "unknown-penalised perplexity (default: each <unk> a word of its own, an upper bound)")  # fmt: skip
+      "unknown-penalised perplexity (default: raw text read with placeholders, its distinct unseen words; text in "
+      "corpus form, each <unk> a word of its own, an upper bound)")  # fmt: skip
+    a("--unseen_as_unk", action="store_true", help="read words outside the vocabulary as <unk>, not as placeholders "
+      "(the closed-vocabulary reading; the default for models without oov_slots)")  # fmt: skip
     a("--cache", action="store_true", help="add Grave et al.'s neural cache")
     a("--cache_window", type=int, default=3785)
     a("--cache_theta", type=float, default=0.662)
@@ -161,7 +169,10 @@ from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     frequency_buckets,
     gate_statistics,
     gradient_statistics,
+    new_word_targets,
     perplexity,
+    placeholder_streams,
+    read_unseen_words,
     unknown_penalised_perplexity,
 )
 from modeling_pointer_sentinel.plotting import (  # noqa: E402
@@ -170,7 +181,7 @@ from modeling_pointer_sentinel.plotting import (  # noqa: E402
     pointer_picture_positions,
     pointer_window_picture,
 )
-from modeling_pointer_sentinel.training import shard_streams, unk_rate_of_counts, unk_token_id  # noqa: E402
+from modeling_pointer_sentinel.training import shard_streams, unk_rate_of_counts, unk_token_id, word_count  # noqa: E402
 
 
 def best_of(grid: list[dict], what: str) -> dict:
@@ -212,6 +223,93 @@ def streams_for(ids, batch_size, max_tokens):
     return shard_streams(first_tokens(ids, max_tokens), batch_size)
 
 
+class SplitReading(Mapping):
+    """The evaluated splits as the model reads them. With an open-vocabulary tokenizer and model (placeholder ids
+    V ... V+N-1, `oov_slots`), a validation or test split whose cached ids hold <unk> is read again through the
+    tokenizer (`read_unseen_words`; checked id for id against the cache), and where it holds unseen words, their
+    placeholders are numbered per stream row (`placeholder_streams`). Otherwise (no unseen words, `--unseen_as_unk`,
+    a closed model, the training split) the token cache's ids, as before. As a mapping: each split's flat ids as one
+    row (dynamic evaluation, pictures); a prefix of it is the first stream's."""
+
+    def __init__(self, args, tok, model, sources: dict, files: dict, mapped: dict, ids: SplitIds):
+        self.args, self.tok, self.sources, self.files, self.mapped, self.ids = args, tok, sources, files, mapped, ids
+        cfg, self.unk = model.config, unk_token_id(tok)
+        self.V, self.N = cfg.vocab_size, cfg.oov_slots
+        self.open = (not args.unseen_as_unk and self.N > 0 and getattr(tok, "oov_slots", 0) > 0
+                     and word_count(tok) == self.V and self.unk is not None)  # fmt: skip
+        self.read, self.one_row = {}, {}
+
+    def unseen(self, split: str) -> tuple[torch.Tensor, list[str]] | None:
+        """(the split's ids, unseen words as V + their index in the spellings; the spellings), None where it has
+        none or is read as cached."""
+        if not self.open or split == "train":  # the training split gives frequencies and gradient statistics
+            return None
+        if split not in self.read:
+            counts, found = token_counts(self.files[split]), None
+            if self.unk < len(counts) and counts[self.unk]:  # else nothing for the tokenizer to spell
+                flat, words = read_unseen_words(self.tok, self.sources[split].line_batches(f"reading {split}"))
+                cached = torch.from_numpy(self.mapped[split].astype("int64"))
+                closed = flat.masked_fill(flat >= self.V, self.unk)
+                if closed.shape != cached.shape or not torch.equal(closed, cached):
+                    fail(
+                        f"the {split} split read through the open-vocabulary tokenizer differs from its cached "
+                        "ids (tokenizer and token cache out of step?); --unseen_as_unk scores the cached ids"
+                    )
+                found = (flat, words) if words else None
+            self.read[split] = found
+        return self.read[split]
+
+    def global_streams(self, split: str, batch_size: int) -> torch.Tensor | None:
+        """The split's streams with one numbering for the whole split (each unseen word its own id): what each
+        target is, for the rates and the count of distinct unseen words; None when read as cached."""
+        found = self.unseen(split)
+        return None if found is None else streams_for(found[0], batch_size, self.args.max_tokens)
+
+    def streams(self, split: str, batch_size: int):
+        found = self.unseen(split)
+        if found is None:
+            return streams_for(self.mapped[split], batch_size, self.args.max_tokens)
+        return placeholder_streams(first_tokens(found[0], self.args.max_tokens), batch_size, self.V, self.N, self.unk)
+
+    def __getitem__(self, split: str) -> torch.Tensor:
+        found = self.unseen(split)
+        if found is None:
+            return self.ids[split]
+        if split not in self.one_row:
+            self.one_row[split] = placeholder_streams(found[0], 1, self.V, self.N, self.unk)[0]
+        return self.one_row[split]
+
+    def __iter__(self):
+        return iter(self.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def unseen_word_results(reading: SplitReading, split: str, out, batch_size: int) -> tuple[dict, str]:
+    """What the split's targets are (placeholders: unseen words read with their identity; literal <unk>; unseen words
+    past a row's slots, read as <unk>; the distinct unseen words), and the measure the perplexity is, in words."""
+    n, targets, unk, V = out.targets.numel(), out.targets, reading.unk, reading.V
+    whole = reading.global_streams(split, batch_size)
+    res = {"targets": n, "reading": "placeholders" if whole is not None else "cached ids"}
+    if whole is None:  # corpus text, a closed reading or no unseen words: <unk> is all there is
+        unk_targets = int((targets == unk).sum()) if unk is not None else 0
+        res.update(placeholder_targets=0, placeholder_rate=0.0, unk_targets=unk_targets, unk_rate=unk_targets / n)
+        why = " (--unseen_as_unk)" if reading.args.unseen_as_unk else ""
+        what = f"<unk> ({unk_targets / n:.2%} of them) scored as a word{why}" if unk_targets else "no <unk>"
+        return res, f"perplexity over all {n:,} targets; {what}"
+    spelled = whole[:, 1:]
+    unseen, literal = spelled >= V, spelled == unk
+    placeholders = int((targets >= V).sum())
+    res.update(placeholder_targets=placeholders, placeholder_rate=placeholders / n, unk_targets=int(literal.sum()),
+               unk_rate=int(literal.sum()) / n, unseen_targets=int(unseen.sum()),
+               distinct_unseen_words=int(spelled[unseen].unique().numel()),
+               unseen_past_slots=int((unseen & (targets == unk)).sum()), oov_slots=reading.N)  # fmt: skip
+    measure = (f"perplexity over all {n:,} targets; unseen words scored as placeholders (first occurrence: new-word "
+               "mass; repeats: copied)")  # fmt: skip
+    return res, measure + ("; literal <unk> as a word" if literal.any() else "")
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.num_threads:
@@ -239,20 +337,33 @@ def main(argv=None):
         fail(e)
     rate = unk_rate_of_counts(token_counts(files[args.split]), unk_token_id(tok))
     if rate > 0.1:
-        print(f"warning: {rate:.1%} of the {args.split} tokens are <unk>: is this the data the tokenizer was built "
-              "for? (with no data flags the bundled WikiText-2 is used)", file=sys.stderr)  # fmt: skip
+        print(f"warning: {rate:.1%} of the {args.split} tokens are outside the vocabulary (<unk> or unseen words): is "
+              "this the data the tokenizer was built for? (with no data flags the bundled WikiText-2 is used)",
+              file=sys.stderr)  # fmt: skip
+    reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open
+    if args.compare and reading.unseen(args.split) is not None:
+        slots = AutoConfig.from_pretrained(args.compare).oov_slots
+        if slots != reading.N:
+            fail(f"--compare {args.compare} has oov_slots {slots}, not {reading.N}: it cannot score this split's "
+                 "unseen words as placeholders; give --unseen_as_unk to score both with them as <unk>")  # fmt: skip
     need_hidden = args.cache or args.cache_grid
 
     def run(m, split):
-        streams = streams_for(mapped[split], args.batch_size, args.max_tokens)
+        streams = reading.streams(split, args.batch_size)
         rows, length = streams.shape
         with tqdm(total=rows * (length - 1), desc=f"{split}", unit="tok") as bar:
             return collect_outputs(m, streams, args.bptt, keep_hidden=need_hidden, progress=bar)
 
     out = run(model, args.split)
     results = {"split": args.split, "tokens": out.targets.numel(), "ppl": out.perplexity()}
+    results["unseen_words"], results["measure"] = unseen_word_results(reading, args.split, out, args.batch_size)
     if (unk := unk_token_id(tok)) is not None:
-        results["upp"] = unknown_penalised_perplexity(out, unk, args.oov_types)
+        spelled = {}
+        if reading.unseen(args.split) is not None:  # raw text: the unseen words' spellings are known
+            u = results["unseen_words"]
+            new = new_word_targets(reading.streams(args.split, args.batch_size), reading.V, reading.N, unk)
+            spelled = dict(new_words=new, unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])
+        results["upp"] = unknown_penalised_perplexity(out, unk, args.oov_types, **spelled)
     if model.config.use_pointer:
         results["ppl_pointer_off"] = out.perplexity(pointer=False)
         results.update(gate_statistics(out, tok))
@@ -266,14 +377,14 @@ def main(argv=None):
     if args.dynamic:
         objectives = ["mixture"] + (["vocab"] if args.dynamic_pointer_off and model.config.use_pointer else [])
         for objective in objectives:
-            results.update(run_dynamic(model, ids, args, objective, cache if need_hidden else None))
+            results.update(run_dynamic(model, reading, args, objective, cache if need_hidden else None))
     picture_positions = None
     if args.plots:
         plots = Path(args.plots)
         plots.mkdir(parents=True, exist_ok=True)
         if model.config.use_pointer:
             plot_gate_histogram(out, plots / "gate_histogram.png")
-            flat = ids[args.split]  # the first stream is its prefix: stream positions are split positions
+            flat = reading[args.split]  # the first stream is its prefix: stream positions are split positions
             positions = args.picture_positions
             if positions is None:
                 positions = pointer_picture_positions(out, ids.get("train"), (tok.eos_token_id, unk_token_id(tok)),
@@ -439,13 +550,24 @@ def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
     return out
 
 
+def unseen_words_line(u: dict) -> str:
+    """The split's unseen-word rate in one line (`unseen_word_results`)."""
+    line = (f"unseen words: {u['placeholder_rate']:.2%} of the targets read as placeholders "
+            f"({u['placeholder_targets']:,}; {u['distinct_unseen_words']:,} distinct words); literal <unk>: "
+            f"{u['unk_rate']:.2%} ({u['unk_targets']:,})")  # fmt: skip
+    if u["unseen_past_slots"]:
+        line += f"; {u['unseen_past_slots']:,} past a stream's {u['oov_slots']} slots, read as <unk>"
+    return line
+
+
 def summary(results: dict, args, picture_positions=None) -> str:
     """A few lines for the terminal; the full results go to --output_json."""
     rows = [("model", results["ppl"])]
     if "upp" in results:
         u = results["upp"]
-        many = "each <unk> a word of its own: an upper bound" if u["bound"] else "--oov_types"
-        rows.append((f"unknown-penalised (p(<unk>) / {u['oov_types']:,} OOV types, {many})", u["ppl"]))
+        what = "p(<unk>) and new words" if u["new_word_targets"] else "p(<unk>)"
+        many = u["oov_types_from"] + (": an upper bound" if u["bound"] else "")
+        rows.append((f"unknown-penalised ({what} / {u['oov_types']:,} OOV types, {many})", u["ppl"]))
     if "ppl_pointer_off" in results:
         rows.append(("pointer switched off (g = 1)", results["ppl_pointer_off"]))
     if "ppl_with_cache" in results:
@@ -481,6 +603,9 @@ def summary(results: dict, args, picture_positions=None) -> str:
     width = max(width, len(title))
     lines = [f"{title:{width}s}  {'perplexity':>10s}"]
     lines += [f"{label:{width}s}  {value:10.2f}" for label, value in rows]
+    lines.append(f"measure: {results['measure']}")
+    if results.get("unseen_words", {}).get("reading") == "placeholders":  # else the measure's line gives the rate
+        lines.append(unseen_words_line(results["unseen_words"]))
     if "mean_gate" in results:
         lines.append(f"mean gate g {results['mean_gate']:.3f}; the pointer's share of the target probability "
                      f"{results['mean_pointer_share_of_target_prob']:.3f}")  # fmt: skip

@@ -8,11 +8,13 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .modeling_pointer_sentinel import PointerSentinelCache
-from .training import shard_streams
+from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache
+from .tokenization import ends_lines_with_eos
+from .training import number_slots_per_row, shard_streams, word_count
 
 
 @dataclass
@@ -37,19 +39,72 @@ def perplexity(mean_nll: float) -> float:
     return math.exp(mean_nll)
 
 
-def unknown_penalised_perplexity(outputs: StreamOutputs, unk_id: int, oov_types: int | None = None) -> dict:
+def unknown_penalised_perplexity(outputs: StreamOutputs, unk_id: int, oov_types: int | None = None,
+                                 new_words: torch.Tensor | None = None, unseen_types: int | None = None,
+                                 literal_unk_targets: int | None = None) -> dict:  # fmt: skip
     """Ahn et al.'s (2016) unknown-penalised perplexity: p(<unk>) is shared by the `oov_types` distinct words it stands
     for, so each <unk> target scores p(<unk>) / oov_types. Text in corpus form no longer holds those words; without
     `oov_types` every <unk> target counts as a word of its own, the most there can be, which makes the figure an upper
-    bound of the true UPP."""
+    bound of the true UPP.
+
+    Raw text read through the open-vocabulary tokenizer (`placeholder_streams`) keeps its unseen words' spellings:
+    `new_words` (B, N) marks the targets scored by the new-word mass besides <unk> (a row's first occurrence of a
+    placeholder, `new_word_targets`), divided by K as <unk> is; `unseen_types`, the text's distinct unseen words, is
+    then K (plus one per literal <unk> target, `literal_unk_targets`, default every <unk> target: those words have
+    no spelling, so each is a word of its own and K an upper bound again). `oov_types` overrides both."""
     is_unk = outputs.targets == unk_id
     unk_targets = int(is_unk.sum())
-    k = oov_types if oov_types is not None else max(unk_targets, 1)
+    penalised = is_unk if new_words is None else is_unk | new_words
+    literal = unk_targets if literal_unk_targets is None else literal_unk_targets
+    if oov_types is not None:
+        k, source, bound = oov_types, "--oov_types", False
+    elif unseen_types is not None:
+        k, bound = max(unseen_types + literal, 1), literal > 0
+        source = "the text's distinct unseen words" + (" + each literal <unk> a word of its own" if literal else "")
+    else:
+        k, source, bound = max(unk_targets, 1), "each <unk> a word of its own", True
     if k < 1:
         raise ValueError(f"oov_types must be >= 1, got {k}.")
-    log_p = outputs.log_probs.double() - is_unk.double() * math.log(k)
-    return {"ppl": perplexity(-log_p.mean().item()), "oov_types": k, "unk_targets": unk_targets,
-            "bound": oov_types is None}  # fmt: skip
+    log_p = outputs.log_probs.double() - penalised.double() * math.log(k)
+    return {"ppl": perplexity(-log_p.mean().item()), "oov_types": k, "unk_targets": unk_targets, "bound": bound,
+            "oov_types_from": source, "new_word_targets": int(penalised.sum()) - unk_targets}  # fmt: skip
+
+
+def read_unseen_words(tokenizer, line_batches) -> tuple[torch.Tensor, list[str]]:
+    """A split's flat ids as the token cache writes them (`training.encode_lines`: each line with its line break), read
+    through the open-vocabulary tokenizer (tokenization_pointer_sentinel), each word the vocabulary lacks written as
+    V + i, i its index in the returned spellings (the split's distinct unseen words in order of first occurrence):
+    one numbering for the whole split, which `placeholder_streams` renumbers row by row. A literal `<unk>` stays
+    `<unk>`, so text in corpus form keeps its ids. `line_batches`: the lines in batches (`data.TextSource`)."""
+    V, line_rule, eos = word_count(tokenizer), ends_lines_with_eos(tokenizer), tokenizer.eos_token_id
+    index, parts = {}, []
+    for lines in line_batches:
+        enc = tokenizer([line + "\n" for line in lines] if line_rule else lines, add_special_tokens=False)
+        for row, table in zip(enc["input_ids"], enc.oov_words, strict=True):
+            ids = np.array([*row, *([] if line_rule else [eos])], dtype=np.int64)
+            if table:  # the line's own slots (0, 1, ... in the line) to the split's numbering
+                split_slot = np.array([index.setdefault(w, len(index)) for w in table], dtype=np.int64)
+                at = ids >= V
+                ids[at] = V + split_slot[ids[at] - V]
+            parts.append(ids)
+    return torch.from_numpy(np.concatenate(parts) if parts else np.empty(0, np.int64)), list(index)
+
+
+def placeholder_streams(ids: torch.Tensor, batch_size: int, vocab_size: int, oov_slots: int, unk_id: int):
+    """`training.shard_streams` of ids from `read_unseen_words`, each row's unseen words numbered as the tokenizer
+    numbers a text's and the model reads them (`training.number_slots_per_row`: the row's first V, its next V+1, ...);
+    a row's words past its `oov_slots` read as `<unk>`, as the tokenizer reads them."""
+    streams = number_slots_per_row(shard_streams(ids, batch_size), vocab_size)
+    return streams.masked_fill(streams >= vocab_size + oov_slots, unk_id)
+
+
+def new_word_targets(streams: torch.Tensor, vocab_size: int, oov_slots: int, unk_id: int) -> torch.Tensor:
+    """(B, N) bool over the targets of (B, N+1) `placeholder_streams`: a placeholder its row has not held before (the
+    row's next unused slot), which the model scores with the new-word mass (`modeling_pointer_sentinel.new_word`)."""
+    x, y = streams[:, :-1], streams[:, 1:]
+    zero = streams.new_zeros(streams.shape[0])
+    used, _ = Placeholders(vocab_size, oov_slots, unk_id).history(x, torch.ones_like(x, dtype=torch.bool), zero, zero)
+    return (y >= vocab_size) & (y - vocab_size == used)
 
 
 def _segments(streams: torch.Tensor, length: int):
