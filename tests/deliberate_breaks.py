@@ -3463,6 +3463,95 @@ MUTS += [  # issue 53 part 2: a beam search too large for memory is one ValueErr
 ]
 
 
+ERT = "tests/test_evaluate_raw_text.py"
+MUTS += [  # issue 54 part 5: evaluate.py on raw text (unseen words as placeholders, their rate, UPP's type count)
+    (
+        "raw text: evaluate.py reads unseen words as <unk>",
+        "examples/evaluate.py",
+        "        self.open = (not args.unseen_as_unk and self.N > 0",
+        "        self.open = (args.unseen_as_unk and self.N > 0",
+        [ERT],
+    ),
+    (
+        "raw text: placeholders numbered over the whole split, not per stream",
+        E,
+        "    streams = number_slots_per_row(shard_streams(ids, batch_size), vocab_size)\n",
+        "    streams = shard_streams(ids, batch_size)\n",
+        [ERT],
+    ),
+    (
+        "raw text: the literal <unk> rate counts the unseen words past a stream's slots",
+        "examples/evaluate.py",
+        "unk_targets=int(literal.sum()),",
+        "unk_targets=int((targets == unk).sum()),",
+        [ERT],
+    ),
+    (
+        "raw text: the summary names no measure",
+        "examples/evaluate.py",
+        "    lines.append(f\"measure: {results['measure']}\")\n",
+        "",
+        [ERT],
+    ),
+    (
+        "raw text: UPP leaves the new-word mass of placeholders undivided",
+        E,
+        "    penalised = is_unk if new_words is None else is_unk | new_words\n",
+        "    penalised = is_unk\n",
+        [ERT],
+    ),
+    (
+        "raw text: UPP divides repeats by the type count too",
+        E,
+        "    return (y >= vocab_size) & (y - vocab_size == used)\n",
+        "    return (y >= vocab_size) & (y - vocab_size <= used)\n",
+        [ERT],
+    ),
+    (
+        "raw text: UPP counts types as if the spellings were lost",
+        "examples/evaluate.py",
+        '            spelled = dict(new_words=new, unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])\n',
+        '            spelled = dict(new_words=new, literal_unk_targets=u["unk_targets"])\n',
+        [ERT],
+    ),
+    (
+        "raw text: UPP leaves literal <unk> out of the type count",
+        E,
+        "        k, bound = max(unseen_types + literal, 1), literal > 0\n",
+        "        k, bound = max(unseen_types, 1), literal > 0\n",
+        [ERT],
+    ),
+    (
+        "raw text: corpus text without unseen words read and reported as placeholders",
+        "examples/evaluate.py",
+        "                found = (flat, words) if words else None\n",
+        "                found = (flat, words)\n",
+        [ERT],
+    ),
+    (
+        "raw text: dynamic evaluation scores the cached ids",
+        "examples/evaluate.py",
+        "run_dynamic(model, reading, args",
+        "run_dynamic(model, ids, args",
+        [ERT],
+    ),
+    (
+        "raw text: --compare with a model that lacks the slots is not refused",
+        "examples/evaluate.py",
+        "        if slots != reading.N:\n",
+        "        if False:\n",
+        [ERT],
+    ),
+    (
+        "raw text: the reading is not checked against the token cache",
+        "examples/evaluate.py",
+        "                if closed.shape != cached.shape or not torch.equal(closed, cached):\n",
+        "                if False:\n",
+        [ERT],
+    ),
+]
+
+
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", *tests],
