@@ -51,6 +51,10 @@ def parse_args(argv=None):
     a("--test_file", help="ptb: your copy of ptb.test.txt (wt2: the bundled split when not given)")
     a("--recipe", help="JSON with the training recipe: results/converged/results.json, or the --config file of the run")
     a("--train_command", help="the command that trained the run (default: the recipe's 'command')")
+    a("--fine_tune", nargs="+", metavar="CONFIG", help="the train.py --config files of the fine-tuning stages that "
+      "made RUN_DIR from the --recipe run, in order (e.g. the copy head: examples/configs/wt2_copy_unseen.json)")  # fmt: skip
+    a("--base_results", help="with --fine_tune: the --recipe run's results.json, or an eval_results.json exported "
+      "from it, for the card's run line (RUN_DIR's results.json is then the last stage's)")  # fmt: skip
     a("--license", default="bsd-3-clause")
     a("--overwrite", action="store_true", help="replace an existing out_dir")
     args = p.parse_args(argv)
@@ -60,8 +64,12 @@ def parse_args(argv=None):
         p.error(f"{args.out_dir} exists and is not empty (pass --overwrite to replace it)")
     if not DATASETS[args.dataset]["bundled"] and not (args.validation_file and args.test_file):
         p.error(f"--dataset {args.dataset} is not bundled: give --validation_file and --test_file")
-    for flag in ("validation_file", "test_file", "recipe"):
+    for flag in ("validation_file", "test_file", "recipe", "base_results"):
         check_local_path(p, f"--{flag}", getattr(args, flag))
+    for config in args.fine_tune or ():
+        check_local_path(p, "--fine_tune", config)
+    if args.base_results and not args.fine_tune:
+        p.error("--base_results is the run before --fine_tune's stages: give --fine_tune too")
     return args
 
 
@@ -123,6 +131,25 @@ def load_recipe(path: str | None, dataset: str, run_dir: Path) -> dict:
     return {"model": recipe.get("model", {}), "training": {k: v for k, v in recipe.items() if k != "model"}}
 
 
+RUN_KEYS = ("epochs", "steps", "stopped", "train_minutes", "clock", "targets_seen")
+
+
+def run_summary(path: Path) -> dict:
+    """The card's run line from a train.py results.json, or from an eval_results.json exported before (its
+    training.run)."""
+    if not path.is_file():
+        return {}
+    results = json.loads(path.read_text())
+    results = results.get("training", {}).get("run", results)
+    return {k: results[k] for k in RUN_KEYS if k in results}
+
+
+def fine_tune_stages(configs: list[str] | None) -> list[dict]:
+    """Each fine-tuning stage's command and train.py flags, in order."""
+    return [{"command": f"python examples/train.py --config {display_path(c)}",
+             "training": json.loads(Path(c).read_text())} for c in configs or ()]  # fmt: skip
+
+
 def main(argv=None):
     args = parse_args(argv)
     run_dir, out_dir = Path(args.run_dir), Path(args.out_dir)
@@ -181,7 +208,7 @@ def main(argv=None):
     valid_file = display_path(args.validation_file) if args.validation_file else f"{bundled}/wiki.valid.tokens.xz"
     data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
     recipe = load_recipe(args.recipe, args.dataset, run_dir)
-    train_results = json.loads((run_dir / "results.json").read_text()) if (run_dir / "results.json").is_file() else {}
+    last_run = run_summary(run_dir / "results.json")
     record = {
         "model": name,
         "dataset": args.dataset,
@@ -202,7 +229,9 @@ def main(argv=None):
             "validation": f"python examples/evaluate.py {folder} --split validation"
             + (f" --validation_file {valid_file}" if args.test_file else ""),
             "export": f"python examples/export_pretrained.py RUN_DIR {folder} --dataset {args.dataset}{data_flags}"
-            + (f" --recipe {display_path(args.recipe)}" if args.recipe else ""),
+            + (f" --recipe {display_path(args.recipe)}" if args.recipe else "")
+            + (f" --fine_tune {' '.join(map(display_path, args.fine_tune))}" if args.fine_tune else "")
+            + (f" --base_results {display_path(args.base_results)}" if args.base_results else ""),
         },
         "dtype_check": {"float32_test_ppl": fp32_test, **dtype_check},
         "unk_rate": {s: unk_rate(t, unk_token_id(tok)) for s, t in ids.items()},
@@ -210,11 +239,8 @@ def main(argv=None):
         "training": {
             "recipe": recipe,
             "command": args.train_command or recipe.get("command"),
-            "run": {
-                k: train_results[k]
-                for k in ("epochs", "steps", "stopped", "train_minutes", "clock", "targets_seen")
-                if k in train_results
-            },
+            "run": run_summary(Path(args.base_results)) if args.base_results else ({} if args.fine_tune else last_run),
+            **({"fine_tune": fine_tune_stages(args.fine_tune), "fine_tune_run": last_run} if args.fine_tune else {}),
         },  # fmt: skip
         "exported": {"revision": git_revision(), "date": datetime.date.today().isoformat()},
     }
@@ -247,6 +273,14 @@ def card_metadata(record: dict, model_name: str, license: str) -> ModelCardData:
                          datasets=[info["hub"]], model_name=model_name, eval_results=results)  # fmt: skip
 
 
+def run_line(run: dict) -> str:
+    """A run's summary for the card: epochs, steps, why it stopped, minutes and on which clock."""
+    clock = {"cpu": " (the training process's CPU time)", "wall": " (wall clock)"}
+    line = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
+                     for k, v in run.items() if k != "clock")  # fmt: skip
+    return line.replace(" minutes ", f" minutes{clock.get(run.get('clock'), '')} ", 1)
+
+
 def model_card(record: dict, config, license: str) -> str:
     """README.md of the folder: front matter (model-index from the measured figures) and the card's text."""
     name, info = record["model"], DATASETS[record["dataset"]]
@@ -256,10 +290,13 @@ def model_card(record: dict, config, license: str) -> str:
     t, v, f = record["test"], record["validation"], record["fixed_slice"]
     train = record["training"]
     recipe = json.dumps({k: train["recipe"][k] for k in ("model", "training") if k in train["recipe"]}, indent=2)
-    clock = {"cpu": " (the training process's CPU time)", "wall": " (wall clock)"}
-    run = ", ".join(f"{k.replace('_', ' ')} {v:.4g}" if isinstance(v, float) else f"{k.replace('_', ' ')} {v}"
-                    for k, v in train["run"].items() if k != "clock")  # fmt: skip
-    run = run.replace(" minutes ", f" minutes{clock.get(train['run'].get('clock'), '')} ", 1)
+    run, stages = run_line(train["run"]), train.get("fine_tune", [])
+    fine_tune = ""
+    if stages:
+        steps = "; then ".join(f"`{st['command']}`" for st in stages)
+        flags = "\n\n".join(f"```json\n{json.dumps(st['training'], indent=2)}\n```" for st in stages)
+        fine_tune = (f"\n\nThen fine-tuned, in order: {steps} (last stage's run: "
+                     f"{run_line(train['fine_tune_run']) or 'no results.json'}). Their flags:\n\n{flags}")  # fmt: skip
     dc = record["dtype_check"]
     change = ", ".join(
         f"{d} {dc[d]['test_ppl']:.2f} ({dc[d]['relative_change']:+.3%})" for d in ("bfloat16", "float16")
@@ -337,7 +374,7 @@ run: {run or "no results.json in the run folder"}. Recipe (model fields and trai
 
 ```json
 {recipe}
-```
+```{fine_tune}
 
 Exported with `{record["commands"]["export"]}`.
 

@@ -51,6 +51,13 @@ FD, ONNX, OX, OG = (
 )
 MUTS = [
     (
+        "export: the card's fine-tuning stages lose their flags",
+        EXPORT,
+        '"training": json.loads(Path(c).read_text())} for c in configs or ()]',
+        '"training": {}} for c in configs or ()]',
+        ["tests/test_pretrained.py::test_export_a_trained_run_end_to_end"],
+    ),
+    (
         "training: --oov_pointer_only trains the closed-vocabulary weights too",
         TR,
         "    for p in rest if oov_only else ():\n        p.requires_grad_(False)\n"

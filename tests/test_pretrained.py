@@ -278,6 +278,19 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == 2 and "--overwrite" in done.stderr  # an existing folder is not replaced silently
 
+    # a fine-tuned run: the card names each stage with its flags, the base run's line and the last stage's
+    base = tmp_path / "base_results.json"
+    base.write_text(json.dumps({"epochs": 40.0, "steps": 123, "stopped": "patience"}))
+    stages = ["--fine_tune", str(recipe), str(recipe), "--base_results", str(base), "--overwrite"]
+    done = subprocess.run([*export, *stages], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    train = json.loads((out / "eval_results.json").read_text())["training"]
+    assert train["run"] == {"epochs": 40.0, "steps": 123, "stopped": "patience"}
+    assert train["fine_tune_run"]["steps"] == 5 and len(train["fine_tune"]) == 2
+    assert train["fine_tune"][1]["training"] == json.loads(recipe.read_text())
+    card = (out / "README.md").read_text()
+    assert "run: epochs 40, steps 123, stopped patience" in card and "Then fine-tuned, in order: `python" in card
+
 
 def test_export_takes_the_recipe_of_its_dataset_from_the_converged_results():
     """--recipe results/converged/results.json: the card's recipe is the run of the exported dataset."""
