@@ -1,12 +1,15 @@
-"""Prompts with names the vocabulary lacks, continued through each folder's own `text-generation` pipeline: which
-of a prompt's unseen words come back in the continuation, with greedy decoding, beam search and sampling.
+"""Prompts that hold a made-up name and a real one, continued through each folder's own `text-generation` pipeline:
+does the continuation bring back the name the vocabulary lacks as often as the name it knows?
 
-    python examples/unseen_names.py pretrained/wt2-pointer-sentinel-lstm-2x200-oov-pointer \
-        pretrained/wt2-pointer-sentinel-lstm-2x200 --output results/open_vocabulary/unseen_names_wt2.json
+    python examples/unseen_names.py pretrained/wt2-pointer-sentinel-lstm-2x200 \
+        --output results/open_vocabulary/unseen_names_wt2.json
 
-A prompt's unseen words are those its tokenizer gives placeholders (`enc.oov_words`). Greedy and beam search (4
-beams) give one continuation each; sampling (top-k 40) gives --samples continuations from --seed. A word "comes
-back" when the continuation holds it as a whole word. No `<unk>` may appear in any continuation (checked).
+Each prompt names a made-up word and a real one twice each, in the same roles, the last-named alternating between
+them. A prompt's unseen words are those its tokenizer gives placeholders (`enc.oov_words`); its real names must be
+in the vocabulary (both checked). Greedy and beam search (4 beams) give one continuation each; sampling (top-k 40)
+gives --samples continuations from --seed. A word "comes back" when the continuation holds it as a whole word. The
+summary counts greedy and sampled continuations with an unseen word back and with a real name back. No `<unk>` may
+appear in any continuation (checked).
 """
 
 import argparse
@@ -17,11 +20,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PROMPTS = [
-    "\nZelenskyy met Macron in Kyiv on Monday. Later that day, Zelenskyy told reporters that",
-    "\nDr. Okonkwo joined Vantablack Labs in 2019. At Vantablack, Okonkwo",
-    "\nThe Quarrington River flows through Esselbrook. In 1850, the town of Esselbrook",
-    "\nAfter the match, Ruiz-Tagle thanked the fans of Brankovo. Ruiz-Tagle said that",
+PROMPTS = [  # (prompt, its real names); its made-up names are the words the tokenizer lacks
+    ("\nThe river flows from Esselbrook to London. In 1850, the railway reached Esselbrook and London", ["London"]),
+    ("\nDr. Okonkwo and Dr. Smith joined the university in 2019. Smith studied physics, while Okonkwo", ["Smith"]),
+    ("\nThe ship Kestrelwind sailed from Boston. The Kestrelwind then sent word to Boston that", ["Boston"]),
+    ("\nAfter the match, Brankovo and Chicago shared the points. The coach of Chicago said that Brankovo", ["Chicago"]),
+    ("\nThe album Velmora was recorded by Wilson in 1971. Velmora sold well, and Wilson", ["Wilson"]),
+    ("\nThe castle of Tarrowby was built by Thomas in 1290. Thomas lived at Tarrowby until", ["Thomas"]),
+    ("\nHalvessen was born in Germany in 1901. In 1920 Halvessen left Germany, and", ["Germany"]),
+    ("\nThe battle of Drummore was fought near Moscow. Soldiers from Moscow marched to Drummore and", ["Moscow"]),
+    ("\nOstravin signed with Johnson in 2004. Ostravin said that Johnson", ["Johnson"]),
+    ("\nThe bridge at Peltbridge was designed by Taylor. Taylor began the work at Peltbridge in", ["Taylor"]),
 ]
 DECODING = {
     "greedy": dict(do_sample=False),
@@ -31,20 +40,24 @@ DECODING = {
 
 
 def words_back(unseen: list[str], text: str) -> list[str]:
-    """The unseen words that `text` holds as whole words (not inside a longer word)."""
-    return [w for w in unseen if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text)]
+    """The words of `unseen` that `text` holds as whole words (not inside a longer word), in any case: PTB's
+    tokenizer writes its vocabulary in lower case."""
+    return [w for w in unseen if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text, re.IGNORECASE)]
 
 
-def continuations(folder: str, prompts: list[str], max_new_tokens: int, samples: int, seed: int) -> dict:
+def continuations(folder: str, prompts: list[tuple[str, list[str]]], max_new_tokens: int, samples: int,
+                  seed: int) -> dict:  # fmt: skip
     import torch
     from transformers import AutoTokenizer, pipeline, set_seed
 
     generator = pipeline("text-generation", model=folder, trust_remote_code=True, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     rows = []
-    for prompt in prompts:
+    for prompt, real in prompts:
         unseen = tok(prompt).oov_words[0]
-        row = {"prompt": prompt, "unseen": unseen}
+        if not unseen or any(tok(name).oov_words[0] for name in real):
+            raise SystemExit(f"{folder}: {prompt!r} needs an unseen word and real names in the vocabulary {real}")
+        row = {"prompt": prompt, "unseen": unseen, "real": real}
         for name, kw in DECODING.items():
             set_seed(seed)
             n = samples if kw["do_sample"] else 1
@@ -53,19 +66,24 @@ def continuations(folder: str, prompts: list[str], max_new_tokens: int, samples:
                                                                   **kw)]  # fmt: skip
             if any("<unk>" in t for t in texts):
                 raise SystemExit(f"{folder}: <unk> written in a continuation of {prompt!r}: {texts}")
-            back = [words_back(unseen, t) for t in texts]
-            row[name] = {"continuations": texts, "unseen_back": back,
-                         "with_an_unseen_word": sum(bool(b) for b in back) / len(texts)}  # fmt: skip
+            back, real_back = [words_back(unseen, t) for t in texts], [words_back(real, t) for t in texts]
+            row[name] = {"continuations": texts, "unseen_back": back, "real_back": real_back,
+                         "with_an_unseen_word": sum(bool(b) for b in back) / len(texts),
+                         "with_a_real_name": sum(bool(b) for b in real_back) / len(texts)}  # fmt: skip
         rows.append(row)
+    counted = [(bool(u), bool(r)) for row in rows for k in ("greedy", "sample")
+               for u, r in zip(row[k]["unseen_back"], row[k]["real_back"], strict=True)]  # fmt: skip
+    summary = {"continuations": len(counted), "with_an_unseen_word": sum(u for u, _ in counted),
+               "with_a_real_name": sum(r for _, r in counted)}  # fmt: skip
     return {"model": Path(folder).name, "max_new_tokens": max_new_tokens, "samples": samples, "seed": seed,
-            "prompts": rows}  # fmt: skip
+            "greedy_and_sampled": summary, "prompts": rows}  # fmt: skip
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("models", nargs="+", help="saved model folders with oov_slots > 0")
     p.add_argument("--max_new_tokens", type=int, default=20)
-    p.add_argument("--samples", type=int, default=10, help="sampled continuations per prompt")
+    p.add_argument("--samples", type=int, default=5, help="sampled continuations per prompt")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="write the results as JSON here")
     args = p.parse_args(argv)
@@ -81,7 +99,13 @@ def main(argv=None):
             print(f"{r['model']} | {row['prompt']!r} | unseen {row['unseen']}")
             for name in DECODING:
                 d = row[name]
-                print(f"  {name}: {d['with_an_unseen_word']:.0%} bring one back | {d['continuations'][0]!r}")
+                print(f"  {name}: unseen back {d['with_an_unseen_word']:.0%}, real back {d['with_a_real_name']:.0%} | "
+                      f"{d['continuations'][0]!r}")  # fmt: skip
+        g = r["greedy_and_sampled"]
+        print(
+            f"{r['model']}: of {g['continuations']} greedy and sampled continuations, {g['with_an_unseen_word']} "
+            f"bring an unseen word back and {g['with_a_real_name']} a real name"
+        )
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
     return results

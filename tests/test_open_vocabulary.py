@@ -627,25 +627,34 @@ def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
 
 
 def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
-    """examples/unseen_names.py: a word comes back only as a whole word; one prompt through the shipped fine-tuned
-    folder's own pipeline gives each decoding's continuations, its unseen words from the tokenizer, and no <unk>."""
+    """examples/unseen_names.py: a word comes back only as a whole word; one prompt through the shipped WikiText-2
+    pointer folder's own pipeline gives each decoding's continuations, its unseen words from the tokenizer, its real
+    names counted alike, and no <unk>; a real name outside the vocabulary is refused."""
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "examples"))
-    from unseen_names import DECODING, continuations, words_back
+    from unseen_names import DECODING, PROMPTS, continuations, words_back
 
     assert words_back(["Esselbrook", "Kyiv"], "the Esselbrook's town, Esselbrooke, Kyivan") == ["Esselbrook"]
     assert words_back(["Kyiv"], "in Kyiv.") == ["Kyiv"] and words_back(["Kyiv"], "Kyivs") == []
-    folder = root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
-    out = continuations(str(folder), ["\nZorgon met Blixa in Quarrington. Zorgon said"], 4, 2, 0)
+    assert words_back(["London"], "in london .") == ["London"]  # PTB writes its words in lower case
+    assert len(PROMPTS) >= 8
+    folder = root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
+    out = continuations(str(folder), [("\nZorgon met Blixa in London. Zorgon said", ["London"])], 4, 2, 0)
     row = out["prompts"][0]
-    assert row["unseen"] == ["Zorgon", "Blixa", "Quarrington"] and set(DECODING) <= set(row)
+    assert row["unseen"] == ["Zorgon", "Blixa"] and row["real"] == ["London"] and set(DECODING) <= set(row)
     assert [len(row[k]["continuations"]) for k in DECODING] == [1, 1, 2]
     for k in DECODING:
         assert row[k]["unseen_back"] == [words_back(row["unseen"], t) for t in row[k]["continuations"]]
+        assert row[k]["real_back"] == [words_back(["London"], t) for t in row[k]["continuations"]]
         assert not any("<unk>" in t for t in row[k]["continuations"])
+    counted = [row[k][f] for k in ("greedy", "sample") for f in ("unseen_back", "real_back")]
+    unseen, real = sum(map(bool, counted[0] + counted[2])), sum(map(bool, counted[1] + counted[3]))
+    assert out["greedy_and_sampled"] == {"continuations": 3, "with_an_unseen_word": unseen, "with_a_real_name": real}
+    with pytest.raises(SystemExit, match="real names in the vocabulary"):
+        continuations(str(folder), [("\nZorgon met Blixa. Zorgon said", ["Blixa"])], 2, 1, 0)
 
 
 def test_train_py_resumes_an_oov_pointer_run_only_as_one_and_at_this_runs_rate(tmp_path, capsys):
