@@ -51,8 +51,8 @@ def parse_args(argv=None):
     a("--test_file", help="ptb: your copy of ptb.test.txt (wt2: the bundled split when not given)")
     a("--recipe", help="JSON with the training recipe: results/converged/results.json, or the --config file of the run")
     a("--train_command", help="the command that trained the run (default: the recipe's 'command')")
-    a("--fine_tune", nargs="+", metavar="CONFIG", help="the train.py --config files of the fine-tuning stages that "
-      "made RUN_DIR from the --recipe run, in order (e.g. the copy head: examples/configs/wt2_copy_unseen.json)")  # fmt: skip
+    a("--fine_tune", nargs="+", metavar="CONFIG", help="the train.py --config files of the fine-tuning "
+      "stages that made RUN_DIR from the --recipe run, in order (examples/configs/wt2_copy_unseen.json)")  # fmt: skip
     a("--base_results", help="with --fine_tune: the --recipe run's results.json, or an eval_results.json exported "
       "from it, for the card's run line (RUN_DIR's results.json is then the last stage's)")  # fmt: skip
     a("--license", default="bsd-3-clause")
@@ -144,9 +144,14 @@ def run_summary(path: Path) -> dict:
     return {k: results[k] for k in RUN_KEYS if k in results}
 
 
-def fine_tune_stages(configs: list[str] | None) -> list[dict]:
-    """Each fine-tuning stage's command and train.py flags, in order."""
-    return [{"command": f"python examples/train.py --config {display_path(c)}",
+def fine_tune_stages(configs: list[str] | None, dataset: str) -> list[dict]:
+    """Each fine-tuning stage's command and train.py flags, in order; a dataset that is not bundled names its files
+    (the user's copies) on the command line."""
+    info = DATASETS[dataset]
+    valid, test = info["files"]
+    files = "" if info["bundled"] else f" --train_file {valid.replace('valid', 'train')} --validation_file {valid} " \
+        f"--test_file {test}"  # fmt: skip
+    return [{"command": f"python examples/train.py --config {display_path(c)}{files}",
              "training": json.loads(Path(c).read_text())} for c in configs or ()]  # fmt: skip
 
 
@@ -240,7 +245,11 @@ def main(argv=None):
             "recipe": recipe,
             "command": args.train_command or recipe.get("command"),
             "run": run_summary(Path(args.base_results)) if args.base_results else ({} if args.fine_tune else last_run),
-            **({"fine_tune": fine_tune_stages(args.fine_tune), "fine_tune_run": last_run} if args.fine_tune else {}),
+            **(
+                {"fine_tune": fine_tune_stages(args.fine_tune, args.dataset), "fine_tune_run": last_run}
+                if args.fine_tune
+                else {}
+            ),
         },  # fmt: skip
         "exported": {"revision": git_revision(), "date": datetime.date.today().isoformat()},
     }
