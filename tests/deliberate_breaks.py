@@ -49,6 +49,7 @@ FD, ONNX, OX, OG = (
     "examples/export_onnx.py",
     "examples/onnx_generate.py",
 )
+COPY_STAGES = "tests/test_open_vocabulary.py::test_the_copy_fine_tuning_stages_chain_into_the_shipped_pointer_folder"
 MUTS = [
     (
         "unseen names: a real name's return counted from the unseen words",
@@ -78,6 +79,20 @@ MUTS = [
         "    rest_group = [] if oov_only else [{",
         "    rest_group = [{",
         ["tests/test_open_vocabulary.py::test_train_py_oov_pointer_only_trains_the_copy_head_alone"],
+    ),
+    (
+        "copy recipe: the WikiText-2 head stage starts from the converged run, not the first stage's output",
+        "examples/configs/wt2_copy_unseen_head.json",
+        '"model_name_or_path": "outputs/wt2_copy_unseen",',
+        '"model_name_or_path": "results/converged/wt2_sgd_pointer",',
+        [COPY_STAGES],
+    ),
+    (
+        "copy recipe: PTB's last stage trains the closed-vocabulary weights too",
+        "examples/configs/ptb_copy_unseen_3.json",
+        '  "oov_pointer_only": true,\n',
+        "",
+        [COPY_STAGES],
     ),
     (
         "docs: the card's batch-1 columns of the oov-pointer folder apart from its dynamic file",
@@ -556,8 +571,8 @@ MUTS = [
     (
         "unknown-penalised perplexity: one type by default",
         E,
-        "k, source, bound = max(unk_targets, 1), \"each <unk> a word of its own\", True",
-        "k, source, bound = 1, \"each <unk> a word of its own\", True",
+        'k, source, bound = max(unk_targets, 1), "each <unk> a word of its own", True',
+        'k, source, bound = 1, "each <unk> a word of its own", True',
         ["tests/test_evaluation.py"],
     ),
     (
@@ -3302,6 +3317,13 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
         INSP,
         "vocab = gate[:, None] * log_pv",
         "vocab = (1 - gate[:, None]) * log_pv",
+        [f"{TA}::test_parts_sum_to_the_probability"],
+    ),
+    (
+        "demo page: <unk> keeps g p_vocab(<unk>) whole, not shared with the unseen words' columns",
+        INSP,
+        "own = (w < V) & (w != unk)",
+        "own = w < V",
         [f"{TA}::test_parts_sum_to_the_probability"],
     ),
     (

@@ -25,7 +25,9 @@ require("gradio")
 sys.path.insert(0, str(ROOT / "examples"))
 import app  # noqa: E402
 
-POINTER, COPYING, PLAIN = app.DEFAULT_MODEL, "pretrained/wt2-pointer-sentinel-lstm-2x200-oov-pointer", app.DEFAULT_PLAIN
+# the page's default folders: the WikiText-2 pointer model, which copies unseen words (copy head), and the plain LSTM
+POINTER, PLAIN = app.DEFAULT_MODEL, app.DEFAULT_PLAIN
+PTB_POINTER = "pretrained/ptb-pointer-sentinel-lstm-2x200"  # the other corpus's pointer folder, copy head too
 PROMPT = "\nThe ship Kestrelwind sailed to Norway. The Kestrelwind was sunk in 1940. The"
 
 
@@ -40,7 +42,7 @@ def load(folder):
     return model, AutoTokenizer.from_pretrained(ROOT / folder, trust_remote_code=True)
 
 
-@pytest.mark.parametrize("folder", [POINTER, COPYING, PLAIN])
+@pytest.mark.parametrize("folder", [POINTER, PTB_POINTER, PLAIN])
 @torch.no_grad()
 def test_parts_sum_to_the_probability(folder):
     """For every top word and every target: vocabulary part (g p_vocab) + pointer part (the window's attention on
@@ -61,13 +63,16 @@ def test_parts_sum_to_the_probability(folder):
     own = (e.top_ids < V) & (e.top_ids != unk)
     vocab = out.gate[0, :, None].double() * pv.gather(-1, e.top_ids.clamp(max=V - 1))
     assert torch.allclose(e.top_vocab[own], vocab[own], atol=1e-6)
-    # <unk> and the window's unseen words share g p_vocab(<unk>): their vocabulary parts sum to it (the plain LSTM
-    # copies none: an unseen word is <unk> to it)
-    for t in range(len(ids)):
-        held = {*(w for w in e.window_ids[t].tolist() if w >= V)} if model.config.use_pointer else set()
-        share = sum(float(explain(out, ids, model.config, ids.new_full((len(ids),), w)).target_vocab[t])
-                    for w in [*held, unk])  # fmt: skip
-        assert share == pytest.approx(float(out.gate[0, t] * pv[t, unk]), abs=1e-6)
+
+    # <unk> and the unseen words' columns share g p_vocab(<unk>): the window's placeholders and the columns a new word
+    # is written as (the next unused slot, used slots out of the window: logits carry every target); their vocabulary
+    # parts sum to it, the plain LSTM's too (it copies none: its unseen words are all new)
+    def vocab_part(w):
+        return explain(out, ids, model.config, ids.new_full((len(ids),), w)).target_vocab
+
+    columns = [w for w in range(V, p.shape[-1]) if (p[:, w] > 0).any()]
+    share = vocab_part(unk) + sum(torch.where(p[:, w] > 0, vocab_part(w), 0.0) for w in columns)
+    assert torch.allclose(share, out.gate[0].double() * pv[:, unk], atol=1e-6)
     if not model.config.use_pointer:
         assert (e.gate == 1).all() and (e.top_pointer == 0).all()
 
@@ -76,8 +81,8 @@ def test_parts_sum_to_the_probability(folder):
 def test_the_pages_pointer_share_is_the_models(models):
     """Each generated word's record (what the page colours and shows) against one forward of the model over prompt +
     continuation: p(w), its pointer part sum_{i in window, x_i = w} a_i and the share, to 1e-5; the gate too."""
-    *_, (_, words, text) = ((), [], ""), *app.generate_words(models, COPYING, PROMPT, "greedy", 30)
-    model, tok = load(COPYING)
+    *_, (_, words, text) = ((), [], ""), *app.generate_words(models, POINTER, PROMPT, "greedy", 30)
+    model, tok = load(POINTER)
     enc = tok(PROMPT, return_tensors="pt")
     prompt = enc.input_ids[0].tolist()
     ids = torch.tensor(prompt + [r["id"] for r in words])
@@ -95,8 +100,8 @@ def test_the_pages_pointer_share_is_the_models(models):
         assert r["copied"] == (r["unseen"] or r["pointer_share"] >= app.COPIED)
         assert [w for w, _ in r["window"]][-1] == app.spell(tok, int(ids[t]), enc.oov_words[0])
     assert text == app.continuation(tok, torch.tensor(prompt), [r["id"] for r in words], enc.oov_words[0])
-    # the page writes an unseen word in its own spelling
-    assert all(r["word"] in enc.oov_words[0] for r in words if r["unseen"])
+    # the page writes an unseen word in its own spelling (the default folder copies the prompt's name)
+    assert any(r["unseen"] for r in words) and all(r["word"] in enc.oov_words[0] for r in words if r["unseen"])
 
 
 @torch.no_grad()

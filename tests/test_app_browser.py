@@ -1,9 +1,10 @@
 """examples/app.py served on a free localhost port and driven in Debian's Chromium by Playwright (never a browser
 download: `apt-get install chromium`, as .ci/run does), and through Gradio's API by `gradio_client`.
 
-The browser types a prompt with an unseen name into the copying folder, generates, selects a copied word and checks the
-window view, the gate and the name; then sends each bad input and checks the page answers it with a message, and that
-the page still generates after them. `UPDATE_SCREENSHOT=1` writes the README's screenshot, results/app/screenshot.png.
+The browser types a prompt with an unseen name into the default folder (it copies), generates, selects a copied word and
+checks the window view, the gate and the name; then sends each bad input and checks the page answers it with a message,
+and that the page still generates after them. `UPDATE_SCREENSHOT=1` writes the README's screenshot,
+results/app/screenshot.png.
 """
 
 import importlib
@@ -20,7 +21,7 @@ import pytest
 from conftest import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
-COPYING = "pretrained/wt2-pointer-sentinel-lstm-2x200-oov-pointer"
+COPYING = "pretrained/wt2-pointer-sentinel-lstm-2x200"  # the page's default folder: it copies unseen words (copy head)
 PROMPT = "\nThe ship Kestrelwind sailed to Norway. The Kestrelwind was sunk in 1940. The"
 SCREENSHOT = ROOT / "results" / "app" / "screenshot.png"
 

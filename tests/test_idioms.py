@@ -1,8 +1,9 @@
 """Every standard transformers idiom writes a word the vocabulary lacks back as the prompt spelled it, with no table
 passed: decode / batch_decode of generate's output, beam search, num_return_sequences, TextStreamer,
 TextIteratorStreamer, tokenize / convert_ids_to_tokens, pipeline, examples/generate.py and examples/onnx_generate.py.
-The tokenizer remembers what it encoded (`EncodedRows`, tokenization_pointer_sentinel.py); the shipped copying folder
-writes the name by greedy decoding through the real `model.generate`."""
+The tokenizer remembers what it encoded (`EncodedRows`, tokenization_pointer_sentinel.py); the shipped WikiText-2
+pointer folder (its copy head: `config.oov_pointer`) writes the name by greedy decoding through the real
+`model.generate`."""
 
 import copy
 import pickle
@@ -21,10 +22,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 import generate as generate_script  # noqa: E402
 import onnx_generate  # noqa: E402
 
-COPIER = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
-# prompts on which the copying folder's greedy continuation starts with (or soon writes) the prompt's unseen name
-RIVER = "\nThe Quarrington River is a river. The"  # -> " Quarrington of the Quarrington, ..."
-PLAYED = "\nSmith and Esselbrook played. Esselbrook and Smith played. Esselbrook and"  # -> " Esselbrook were ..."
+COPIER = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"  # the shipped WikiText-2 pointer folder (copy head)
+# prompts on which its greedy continuation starts with the prompt's unseen name (6 words: " Quarrington of the
+# Quarrington of the" and " Esselbrook of the Esselbrook, the")
+RIVER = "\nThe Quarrington River is a river. The"
+PLAYED = "\nSmith and Esselbrook played. Esselbrook and Smith played. Esselbrook and"
 BAD = ("<oov-", "<unk>")
 
 

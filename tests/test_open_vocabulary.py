@@ -602,28 +602,49 @@ def test_train_py_oov_pointer_only_trains_the_copy_head_alone(tmp_path):
     assert not torch.equal(trained.model.oov_embedding, start.model.embed_tokens.weight[start.config.unk_token_id])
 
 
-def test_the_copy_fine_tuning_config_starts_from_a_shipped_folder():
-    """examples/configs/wt2_copy_unseen.json, the run behind the shipped oov-pointer folder: its flags parse, it grows
-    the shipped WikiText-2 pointer model's head for placeholders, and the exported folder records it."""
+COPY_STAGES = {  # each shipped pointer folder's copy head: train.py --config files, in the order they ran
+    "wt2-pointer-sentinel-lstm-2x200": ["wt2_copy_unseen.json", "wt2_copy_unseen_head.json"],
+    "ptb-pointer-sentinel-lstm-2x200": ["ptb_copy_unseen.json", "ptb_copy_unseen_2.json", "ptb_copy_unseen_3.json"],
+}
+
+
+@pytest.mark.parametrize("folder", COPY_STAGES)
+def test_the_copy_fine_tuning_stages_chain_into_the_shipped_pointer_folder(folder, tmp_path, monkeypatch):
+    """examples/configs' copy recipe of each shipped pointer folder: every stage's flags parse with train.py's own
+    parser, the first starts from the converged run's folder (results/converged/, its weights not in git), each later
+    one from the stage before's output_dir, the last trains the copy head alone; the folder's eval_results.json records
+    exactly these stages in order (training.fine_tune), and train.py continuing from the folder keeps its trained head
+    (not restarted as <unk>'s embedding)."""
     from pathlib import Path
 
     from test_train import train_module
-
-    root = Path(__file__).resolve().parents[1]
-    config = root / "examples" / "configs" / "wt2_copy_unseen.json"
-    train = train_module()
-    args = train.parse_args(["--config", str(config)])
-    assert args.oov_pointer and args.unseen_word_rate > 0 and args.oov_pointer_learning_rate > args.learning_rate
-    args.model_name_or_path = str(root / args.model_name_or_path)
     from transformers import AutoTokenizer
 
-    grown = train.build_model(args, AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=True))
-    unk = grown.config.unk_token_id
-    assert grown.config.oov_pointer and torch.equal(grown.model.oov_embedding, grown.model.embed_tokens.weight[unk])
-    record = json.loads((root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200-oov-pointer" / "eval_results.json")
-                        .read_text())  # fmt: skip
-    assert record["training"]["command"] == "python examples/train.py --config examples/configs/wt2_copy_unseen.json"
-    assert record["training"]["recipe"]["training"] == json.loads(config.read_text())
+    root, train = Path(__file__).resolve().parents[1], train_module()
+    configs = [root / "examples" / "configs" / name for name in COPY_STAGES[folder]]
+    stages = [json.loads(c.read_text()) for c in configs]
+    corpus = folder.split("-")[0]
+    assert stages[0]["model_name_or_path"] == f"results/converged/{corpus}_sgd_pointer"
+    monkeypatch.chdir(tmp_path)  # the paths as a checkout reads them, the converged run's folder present but empty
+    (tmp_path / stages[0]["model_name_or_path"]).mkdir(parents=True)
+    for config, stage, before in zip(configs, stages, [None, *stages[:-1]], strict=True):
+        args = train.parse_args(["--config", str(config)])
+        assert args.oov_pointer and args.unseen_word_rate > 0 and args.output_dir == stage["output_dir"]
+        if before is not None:
+            assert args.model_name_or_path == before["output_dir"]  # the stages chain
+    assert args.oov_pointer_only  # the last stage: the copy head alone
+    monkeypatch.chdir(root)
+
+    record = json.loads((root / "pretrained" / folder / "eval_results.json").read_text())["training"]["fine_tune"]
+    assert [st["training"] for st in record] == stages
+    assert [st["command"].split(" --config ")[1].split()[0] for st in record] == [
+        f"examples/configs/{c.name}" for c in configs
+    ]
+    args.model_name_or_path = str(root / "pretrained" / folder)
+    shipped = train.build_model(args, AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=True))
+    unk = shipped.config.unk_token_id
+    assert shipped.config.oov_pointer
+    assert not torch.equal(shipped.model.oov_embedding, shipped.model.embed_tokens.weight[unk])  # trained
 
 
 def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
