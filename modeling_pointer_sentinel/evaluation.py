@@ -353,8 +353,10 @@ class GradientStatistics:
 
     def decay_rates(self) -> dict[str, torch.Tensor]:
         """RMS over its mean (the mean of the parameter tensors' means, as Krause et al.'s code): weights that move a
-        lot on training data decay back faster; the mean decay rate is 1, so lambda sets it."""
-        mean = torch.stack([r.mean() for r in self.rms.values()]).mean()
+        lot on training data decay back faster; the mean decay rate is 1, so lambda sets it. A tensor the training
+        text never moves (RMS 0: the copy head on text without placeholders) takes no part in the mean, so adding
+        one leaves every other weight's rate as it was."""
+        mean = torch.stack([r.mean() for r in self.rms.values() if r.any()]).mean()
         return {n: r / mean for n, r in self.rms.items()}
 
 

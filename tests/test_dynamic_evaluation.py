@@ -151,6 +151,11 @@ def test_gradient_statistics_are_the_rms_of_segment_gradients():
         torch.testing.assert_close(stats.rms[n], (s / segments).sqrt(), rtol=1e-4, atol=1e-7)
     mean = torch.stack([r.mean() for r in stats.rms.values()]).mean()
     assert all(torch.equal(r, stats.rms[n] / mean) for n, r in stats.decay_rates().items())
+    # a tensor the training text never moves (the copy head on closed text) leaves the others' rates as they were
+    unused = GradientStatistics({**stats.rms, "pointer.oov_query.weight": torch.zeros(3, 3)}, "mixture", 52)
+    rates = unused.decay_rates()
+    assert all(torch.equal(rates[n], r) for n, r in stats.decay_rates().items())
+    assert not rates["pointer.oov_query.weight"].any()
     vocab = gradient_statistics(model, ids, tokens=52, batch_size=2, segment_length=4, objective="vocab")
     assert set(vocab.rms) == {n for n in stats.rms if not n.startswith("pointer.")}  # the pointer is switched off
 
