@@ -40,8 +40,8 @@ class Explanation:
 def explain(out, ids, config, targets=None, top_k: int = 10) -> Explanation:
     """The pointer's view at the positions of `out`, a model output for one row (no padding) whose T positions are
     the last T of `ids` (1-D: the row's tokens so far; the earlier ones fill the window). `targets` (T,): the token
-    that followed each position (its probability, parts and log p without the pointer; an unseen word the model
-    cannot copy reads as `<unk>`, as the model's loss reads it); `config` gives the
+    that followed each position (its probability, parts and log p without the pointer; every target, an unseen word's
+    first occurrence included, is read in its own column, as the model's loss reads it); `config` gives the
     vocabulary size and `<unk>`. The plain LSTM (use_pointer=False) reads g = 1 and a = 0."""
     logits = out.logits[0]
     log_p = torch.log_softmax(logits.float(), -1)  # the mixture is normalised already; the plain model's is not
@@ -64,9 +64,7 @@ def explain(out, ids, config, targets=None, top_k: int = 10) -> Explanation:
     top_ids = log_p.topk(min(top_k, log_p.shape[-1]), -1).indices
     e = Explanation(gate, window_ids, attention, top_ids, *parts(top_ids))
     if targets is not None:
-        y = torch.as_tensor(targets).reshape(T, 1)
-        # an unseen word the model cannot copy (its first occurrence; any, for the plain LSTM) is a new word: <unk>
-        y = torch.where((y >= V) & (log_p.gather(-1, y) == -torch.inf), unk, y)
+        y = torch.as_tensor(targets).reshape(T, 1)  # a new unseen word's column holds its new-word share
         e.target_prob, e.target_vocab, e.target_pointer = (t[:, 0] for t in parts(y))
         e.target_log_prob_without_pointer = log_pv.gather(-1, y.masked_fill(y >= V, unk))[:, 0].double()
     return e

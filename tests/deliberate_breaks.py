@@ -3334,10 +3334,10 @@ MUTS += [  # issue 52: the demo page's numbers (inspection.explain, the page's r
         [f"{TA}::test_parts_sum_to_the_probability"],
     ),
     (
-        "demo page: an unseen word's first occurrence not read as <unk>",
+        "demo page: an unseen word's target read in <unk>'s column",
         INSP,
-        "y = torch.where((y >= V) & (log_p.gather(-1, y) == -torch.inf), unk, y)",
-        "y = y",
+        "        y = torch.as_tensor(targets).reshape(T, 1)  # a new unseen word's column holds its new-word share",
+        "        y = torch.as_tensor(targets).reshape(T, 1)\n        y = torch.where(y >= V, unk, y)",
         [f"{TA}::test_score_is_the_models_loss"],
     ),
     (
