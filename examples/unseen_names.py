@@ -45,6 +45,11 @@ def words_back(unseen: list[str], text: str) -> list[str]:
     return [w for w in unseen if re.search(rf"(?<!\w){re.escape(w)}(?!\w)", text, re.IGNORECASE)]
 
 
+def names_back(unseen: list[str], real: list[str], texts: list[str]) -> tuple[list, list]:
+    """Per continuation, the unseen words it brings back and the real names it brings back."""
+    return [words_back(unseen, t) for t in texts], [words_back(real, t) for t in texts]
+
+
 def continuations(folder: str, prompts: list[tuple[str, list[str]]], max_new_tokens: int, samples: int,
                   seed: int) -> dict:  # fmt: skip
     import torch
@@ -66,7 +71,7 @@ def continuations(folder: str, prompts: list[tuple[str, list[str]]], max_new_tok
                                                                   **kw)]  # fmt: skip
             if any("<unk>" in t for t in texts):
                 raise SystemExit(f"{folder}: <unk> written in a continuation of {prompt!r}: {texts}")
-            back, real_back = [words_back(unseen, t) for t in texts], [words_back(real, t) for t in texts]
+            back, real_back = names_back(unseen, real, texts)
             row[name] = {"continuations": texts, "unseen_back": back, "real_back": real_back,
                          "with_an_unseen_word": sum(bool(b) for b in back) / len(texts),
                          "with_a_real_name": sum(bool(b) for b in real_back) / len(texts)}  # fmt: skip

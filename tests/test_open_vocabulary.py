@@ -656,11 +656,13 @@ def test_unseen_names_counts_whole_words_through_the_folders_pipeline():
 
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "examples"))
-    from unseen_names import DECODING, PROMPTS, continuations, words_back
+    from unseen_names import DECODING, PROMPTS, continuations, names_back, words_back
 
     assert words_back(["Esselbrook", "Kyiv"], "the Esselbrook's town, Esselbrooke, Kyivan") == ["Esselbrook"]
     assert words_back(["Kyiv"], "in Kyiv.") == ["Kyiv"] and words_back(["Kyiv"], "Kyivs") == []
     assert words_back(["London"], "in london .") == ["London"]  # PTB writes its words in lower case
+    texts = ["Zorgon went to London", "then Zorgon", "nothing"]
+    assert names_back(["Zorgon"], ["London"], texts) == ([["Zorgon"], ["Zorgon"], []], [["London"], [], []])
     assert len(PROMPTS) >= 8
     folder = root / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"
     out = continuations(str(folder), [("\nZorgon met Blixa in London. Zorgon said", ["London"])], 4, 2, 0)
