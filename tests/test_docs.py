@@ -31,15 +31,24 @@ def rows(text: str, first_cell: str) -> list[list[str]]:
 def shipped(folder: str) -> dict:
     """The figures of a shipped folder, formatted as the docs write them."""
     record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
-    dynamic = json.loads((ROOT / "results" / "converged" / f"{RUNS[folder]}.dynamic.json").read_text())
+    # batch 1: the cache, and dynamic evaluation with the cache on top, at the settings the converged run chose on
+    # validation (its dynamic.json), each in its own file
+    cache, dynamic = (json.loads((ROOT / "results" / "batch1" / f"{folder}.{k}.json").read_text())
+                      for k in ("cache", "dynamic"))  # fmt: skip
+    chosen = json.loads((ROOT / "results" / "converged" / f"{RUNS[folder]}.dynamic.json").read_text())
     upp = json.loads((ROOT / "results" / "open_vocabulary" / f"upp_{folder}.json").read_text())
-    assert dynamic["dynamic"]["static_ppl_batch_1"] == dynamic["ppl"] and dynamic["split"] == "test"
+    assert cache["ppl"] == dynamic["ppl"] and cache["split"] == dynamic["split"] == "test"
+    settings = ("window", "theta", "lam", "lr", "segment_length")
+    for mine, theirs in ((cache["cache"], chosen["cache"]), (dynamic["cache"], chosen["dynamic_cache"]),
+                         (dynamic["dynamic"], chosen["dynamic"])):  # fmt: skip
+        assert {k: v for k, v in mine.items() if k in settings} == {k: v for k, v in theirs.items() if k in settings}
     assert upp["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-6)  # UPP beside the card's own perplexity
     f = lambda x: f"{x:.2f}"  # noqa: E731
+    batch1 = [cache["ppl"], cache["ppl_with_cache"], dynamic["ppl_dynamic"], dynamic["ppl_dynamic_with_cache"]]
     return {"params": f"{record['params'] / 1e6:.2f}M", "valid": f(record["validation"]["ppl"]),
             "test": f(record["test"]["ppl"]), "unk": f"{record['unk_rate']['test']:.2%}",
-            "batch1": [f(dynamic[k]) for k in ("ppl", "ppl_with_cache", "ppl_dynamic", "ppl_dynamic_with_cache")],
-            "upp": f(upp["upp"]["ppl"]), "oov_types": f"{upp['upp']['oov_types']:,}"}  # fmt: skip
+            "batch1": [f(x) for x in batch1], "upp": f(upp["upp"]["ppl"]),
+            "oov_types": f"{upp['upp']['oov_types']:,}"}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", DOCS)
@@ -66,36 +75,26 @@ def test_model_card_tables_are_the_folders_and_the_runs_figures(folder):
     assert f"{s['oov_types']} on {'PTB' if folder.startswith('ptb') else 'WikiText-2'} test" in words
 
 
-def test_model_card_renamed_names_table_is_the_benchmarks_file():
-    results = json.loads((ROOT / "results" / "open_vocabulary" / "renamed_names_wt2.json").read_text())
-    card = read("model_card.md")
-    for r in results:
-        table = rows(card, f"`{r['model']}`")
-        for kind in ("real", "renamed"):
-            a, w = r[kind]["all"], r[kind]["in_window"]
-            cells = [f"`{r['model']}`", kind, f"{a['top1']:.1%}", f"{a['mean_log_p']:.2f}", f"{w['top1']:.1%}",
-                     f"{w['mean_log_p']:.2f}"]  # fmt: skip
-            assert cells in table, (cells, table)
-        assert f"{r['cases']:,} positions, {r['in_window']:,} with the previous occurrence" in " ".join(card.split())
-    # the prose's ratios: the fine-tuned folder's renamed/real top-1 rate and log p gap in the window
-    tuned = next(r for r in results if r["model"].endswith("-oov-pointer"))
-    real, renamed = tuned["real"]["in_window"], tuned["renamed"]["in_window"]
-    words = " ".join(card.split())
-    assert f"at {renamed['top1'] / real['top1']:.0%} of the real name's rate in the window" in words
-    gap = renamed["mean_log_p"] - real["mean_log_p"]
-    assert f"a mean log p {abs(gap):.2f} nats {'above' if gap >= 0 else 'below'}" in words
-    # the same fine-tuning without the context query, and what the query changes
-    (ablated,) = json.loads((ROOT / "results" / "open_vocabulary" / "renamed_names_wt2_no_context.json").read_text())
-    a_real, a_renamed = ablated["real"]["in_window"], ablated["renamed"]["in_window"]
-    assert (f"gives {a_renamed['top1']:.1%} and {a_renamed['mean_log_p']:.2f} in the window (renamed; real "
-            f"{a_real['top1']:.1%}, {a_real['mean_log_p']:.2f})") in words  # fmt: skip
-    points, nats = 100 * (renamed["top1"] - a_renamed["top1"]), a_renamed["mean_log_p"] - renamed["mean_log_p"]
-    assert f"c_i buys {points:.1f} points of top-1 for {nats:.2f} nats of log p" in words
+@pytest.mark.parametrize("corpus", ["wt2", "ptb"])
+def test_model_card_renamed_names_tables_are_the_benchmarks_files(corpus):
+    """Each corpus's renamed-names table: per split (validation, where the recipe was chosen, and test) and folder,
+    real and renamed names, all positions and in the window; the prose's counts of positions."""
+    card, words = read("model_card.md"), " ".join(read("model_card.md").split())
+    for split in ("validation", "test"):
+        path = ROOT / "results" / "open_vocabulary" / f"renamed_names_{corpus}_{split}.json"
+        for r in json.loads(path.read_text()):
+            assert (r["dataset"], r["split"]) == (corpus, split)
+            table = rows(card, f"`{r['model']}`")
+            for kind in ("real", "renamed"):
+                a, w = r[kind]["all"], r[kind]["in_window"]
+                cells = [f"`{r['model']}`", split, kind, f"{a['top1']:.1%}", f"{a['mean_log_p']:.2f}",
+                         f"{w['top1']:.1%}", f"{w['mean_log_p']:.2f}"]  # fmt: skip
+                assert cells in table, (cells, table)
+            assert f"{split}: {r['cases']:,} positions, {r['in_window']:,} in the window" in words
 
 
-@pytest.mark.parametrize("name", ["lm_eval_wikitext_wt2.json", "lm_eval_wikitext_wt2_oov_pointer.json"])
-def test_model_card_lm_eval_table_is_its_results_file(name):
-    r = json.loads((ROOT / "results" / "open_vocabulary" / name).read_text())
+def test_model_card_lm_eval_table_is_its_results_file():
+    r = json.loads((ROOT / "results" / "open_vocabulary" / "lm_eval_wikitext_wt2.json").read_text())
     folder = f"`{r['model'].removeprefix('pretrained/')}`"
     per_token = f"{r['token_perplexity']:.2f} over {r['tokens_scored']:,} tokens"
     cells = [folder, str(r["articles"]), f"{r['words']:,}", f"{r['word_perplexity']:.2f}",
@@ -177,49 +176,40 @@ def test_readme_kill_and_resume_is_its_transcript():
     assert "all equal to the uninterrupted run's" in read("results/distributed/kill_resume_cpu.txt")
 
 
-def test_readme_unseen_names_are_their_results_file():
-    """The README's open-vocabulary continuation and return rates are results/open_vocabulary/unseen_names_wt2.json:
-    the fine-tuned folder's first sampled continuation of the prompt shown, and per decoding the mean share of samples
-    with an unseen word back or the prompts (beam, greedy), for it and for the folder it was tuned from."""
-    results = {r["model"]: r for r in json.loads(read("results/open_vocabulary/unseen_names_wt2.json"))}
+@pytest.mark.parametrize("corpus", ["wt2", "ptb"])
+def test_readme_unseen_names_are_their_results_file(corpus):
+    """The README's free-running counts are results/open_vocabulary/unseen_names_{wt2,ptb}.json: over its prompts'
+    greedy and sampled continuations, how many bring an unseen word back and how many a real name."""
+    (r,) = json.loads(read(f"results/open_vocabulary/unseen_names_{corpus}.json"))
+    g, n = r["greedy_and_sampled"], len(r["prompts"])
     words = " ".join(read("README.md").split())
-    tuned, base = results["wt2-pointer-sentinel-lstm-2x200-oov-pointer"], results["wt2-pointer-sentinel-lstm-2x200"]
-    shown = next(p for p in tuned["prompts"] if p["prompt"].startswith("\nThe Quarrington River"))
-    assert '`"' + shown["prompt"].replace("\n", "\\n") + '"`' in words
-    assert f"continues `{shown['sample']['continuations'][0].replace(chr(10), chr(92) + 'n')}` in the first of one " \
-        f"call's {tuned['samples']} samples (`num_return_sequences={tuned['samples']}`;" in words  # fmt: skip
-    assert f"Sampled through its `pipeline` (top-k 40, seed {tuned['seed']})," in words
-    assert shown["sample"]["unseen_back"][0], "the continuation shown brings an unseen word back"
-
-    def rates(r):
-        n = len(r["prompts"])
-        found = [sum(p[k]["with_an_unseen_word"] > 0 for p in r["prompts"]) for k in ("beam", "greedy")]
-        return found, n, sum(p["sample"]["with_an_unseen_word"] for p in r["prompts"]) / n
-
-    (beam, greedy), n, sampled = rates(tuned)
-    assert f"{sampled:.0%} of sampled, {beam} of {n} beam and {greedy} of {n} greedy continuations" in words
-    (beam, greedy), n, sampled = rates(base)
-    assert f"tuned from: {sampled:.0%}, {beam}, {greedy};" in words
+    assert (f"`{r['model']}`: {g['with_an_unseen_word']} of {g['continuations']} bring an unseen name back, "
+            f"{g['with_a_real_name']} a real one") in words  # fmt: skip
+    assert f"{n} prompts, greedy and {r['samples']} samples each (top-k 40, seed {r['seed']})" in words
 
 
-def test_model_card_oov_pointer_row_is_its_files():
-    """The fine-tuned folder's row: params, valid, test, <unk> rate (eval_results.json), the batch-1 columns (its
-    dynamic file, at the settings of the folder it was tuned from) and UPP (its UPP file)."""
-    folder = "wt2-pointer-sentinel-lstm-2x200-oov-pointer"
-    record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
-    upp = json.loads((ROOT / "results" / "open_vocabulary" / f"upp_{folder}.json").read_text())
-    dyn = json.loads((ROOT / "results" / "open_vocabulary" / "wt2_oov_pointer.dynamic.json").read_text())
-    parent = json.loads((ROOT / "results" / "converged" / "wt2_sgd_pointer.dynamic.json").read_text())
-    assert upp["ppl"] == pytest.approx(record["test"]["ppl"], rel=1e-6)
-    for key in ("cache", "dynamic", "dynamic_cache"):  # the parent's choices, not chosen again
-        assert {k: dyn[key][k] for k in parent[key] if k in ("window", "theta", "lam", "lr", "segment_length")} == {
-            k: parent[key][k] for k in parent[key] if k in ("window", "theta", "lam", "lr", "segment_length")
-        }
-    batch_1 = [f"{dyn[k]:.2f}" for k in ("ppl", "ppl_with_cache", "ppl_dynamic", "ppl_dynamic_with_cache")]
-    cells = [f"`{folder}`", f"{record['params'] / 1e6:.2f}M", f"{record['validation']['ppl']:.2f}",
-             f"{record['test']['ppl']:.2f}", f"{record['unk_rate']['test']:.2%}", *batch_1,
-             f"{upp['upp']['ppl']:.2f}"]  # fmt: skip
-    assert cells in rows(read("model_card.md"), f"`{folder}`")
+def test_readme_first_generate_example_is_what_it_prints():
+    """The README's first generate example decodes a copied unseen name with plain `tok.decode`, on the default
+    WikiText-2 folder: run as written, it prints the comment beside it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    readme = read("README.md")
+    block = readme[readme.index("**Load and generate**") :]
+    block = re.search(r"```python\n(.*?)\n```", block, re.S).group(1)
+    line = next(ln for ln in block.splitlines() if ln.startswith("tok.decode(model.generate(**enc"))
+    code, shown = line.split("  # ", 1)
+    prompt = re.search(r'^enc = tok\((".*?"), return_tensors="pt"\)', block, re.M).group(1)
+    folder = "pretrained/wt2-pointer-sentinel-lstm-2x200"
+    assert f'folder = "{folder}"' in block
+    model = AutoModelForCausalLM.from_pretrained(ROOT / folder, trust_remote_code=True, dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(ROOT / folder, trust_remote_code=True)
+    enc = tok(json.loads(prompt), return_tensors="pt")
+    text = eval(code, {"tok": tok, "model": model, "enc": enc})  # noqa: S307 (the README's own line)
+    assert repr(text) == shown
+    unseen = enc.oov_words[0]
+    assert unseen and any(w in text[len(json.loads(prompt)) :] for w in unseen)  # a copied unseen name
+    assert "<oov-" not in text and "<unk>" not in text
 
 
 def test_readme_int8_cost_is_the_onnx_benchmark_file():
