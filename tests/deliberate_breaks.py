@@ -445,8 +445,8 @@ MUTS = [
     (
         "docs: the ONNX table apart from its results file",
         "benchmarks/results_onnx_cpu.md",
-        "| 88.9832 / 88.9832 / 89.1827 |",
-        "| 88.9832 / 88.9832 / 89.1828 |",
+        "| 88.3026 / 88.3026 / 88.5528 |",
+        "| 88.3026 / 88.3026 / 88.5529 |",
         ["tests/test_docs.py"],
     ),
     (
@@ -3245,7 +3245,7 @@ MUTS += [  # issue 53 part 2: evaluate.py and try_pretrained.py input, the token
     (
         "docs: README's int8 cost apart from the ONNX benchmark file",
         "README.md",
-        "int8 costs +0.22% test perplexity",
+        "int8 costs +0.28% test perplexity",
         "int8 costs +0.21% test perplexity",
         ["tests/test_docs.py::test_readme_int8_cost_is_the_onnx_benchmark_file"],
     ),
