@@ -414,10 +414,8 @@ def main(argv=None):
     for flag in ("oov_pointer_learning_rate", "oov_pointer_only"):
         if getattr(args, flag) and not cfg.oov_pointer:
             fail(f"--{flag} is about the placeholders' own weights: add --oov_pointer")
-    optimizer = make_optimizer(
-        model, args.optimizer, args.learning_rate, args.weight_decay, args.oov_pointer_learning_rate,
-        args.oov_pointer_only,
-    )
+    optimizer = make_optimizer(model, args.optimizer, args.learning_rate, args.weight_decay,
+                               args.oov_pointer_learning_rate, args.oov_pointer_only)  # fmt: skip
     model, optimizer = accelerator.prepare(model, optimizer)
     raw = accelerator.unwrap_model(model)
     if args.torch_compile:  # training calls only: evaluation has other shapes and would compile again

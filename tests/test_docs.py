@@ -197,15 +197,19 @@ def test_readme_first_generate_example_is_what_it_prints():
     readme = read("README.md")
     block = readme[readme.index("**Load and generate**") :]
     block = re.search(r"```python\n(.*?)\n```", block, re.S).group(1)
-    line = next(ln for ln in block.splitlines() if ln.startswith("tok.decode(model.generate(**enc"))
-    code, shown = line.split("  # ", 1)
+    generate = next(ln for ln in block.splitlines() if ln.startswith("out = model.generate(**enc"))
+    lines = block.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("tok.decode(out[0])"))
+    code, shown = lines[at].split("  # ", 1)[0], lines[at + 1].removeprefix("# ")
     prompt = re.search(r'^enc = tok\((".*?"), return_tensors="pt"\)', block, re.M).group(1)
     folder = "pretrained/wt2-pointer-sentinel-lstm-2x200"
     assert f'folder = "{folder}"' in block
     model = AutoModelForCausalLM.from_pretrained(ROOT / folder, trust_remote_code=True, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(ROOT / folder, trust_remote_code=True)
     enc = tok(json.loads(prompt), return_tensors="pt")
-    text = eval(code, {"tok": tok, "model": model, "enc": enc})  # noqa: S307 (the README's own line)
+    names = {"tok": tok, "model": model, "enc": enc}
+    exec(generate.split("  # ")[0], names)  # noqa: S102 (the README's own lines)
+    text = eval(code, names)  # noqa: S307
     assert repr(text) == shown
     unseen = enc.oov_words[0]
     assert unseen and any(w in text[len(json.loads(prompt)) :] for w in unseen)  # a copied unseen name
