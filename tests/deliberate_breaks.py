@@ -52,6 +52,20 @@ FD, ONNX, OX, OG = (
 COPY_STAGES = "tests/test_open_vocabulary.py::test_the_copy_fine_tuning_stages_chain_into_the_shipped_pointer_folder"
 MUTS = [
     (
+        "docs: a plain folder's dynamic columns shown without saying they are its converged run's",
+        "README.md",
+        "(`wt2-lstm-2x200`, `ptb-lstm-2x200`) dynamic columns",
+        "(`ptb-lstm-2x200`) dynamic columns",
+        ["tests/test_docs.py"],
+    ),
+    (
+        "docs: a pointer folder's batch-1 dynamic file at settings of its own",
+        "results/batch1/wt2-pointer-sentinel-lstm-2x200.dynamic.json",
+        '"segment_length": 20,',
+        '"segment_length": 5,',
+        ["tests/test_docs.py"],
+    ),
+    (
         "docs: the README's first generate example shows what it does not print",
         "README.md",
         "The Kestrelwind was the first to be'",
