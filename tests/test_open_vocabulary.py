@@ -604,7 +604,7 @@ def test_train_py_oov_pointer_only_trains_the_copy_head_alone(tmp_path):
 
 COPY_STAGES = {  # each shipped pointer folder's copy head: train.py --config files, in the order they ran
     "wt2-pointer-sentinel-lstm-2x200": ["wt2_copy_unseen.json", "wt2_copy_unseen_head.json"],
-    "ptb-pointer-sentinel-lstm-2x200": ["ptb_copy_unseen.json", "ptb_copy_unseen_2.json", "ptb_copy_unseen_3.json"],
+    "ptb-pointer-sentinel-lstm-2x200": [f"ptb_copy_unseen{s}.json" for s in ("", "_2", "_3", "_4")],
 }
 
 

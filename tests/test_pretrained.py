@@ -142,8 +142,9 @@ def test_card_says_what_the_model_is_and_what_its_minutes_count():
 
     folder = ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200"
     record = json.loads((folder / "eval_results.json").read_text())
+    stages = {k: record["training"].pop(k) for k in ("fine_tune", "fine_tune_run")}  # the base run's line alone
     for use_pointer, clock in ((True, "cpu"), (False, "wall"), (False, None)):
-        config = PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer)
+        config = PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer, oov_pointer=False)
         run = {k: v for k, v in record["training"]["run"].items() if k != "clock"}
         record["training"]["run"] = run | ({"clock": clock} if clock else {})
         text = model_card(record, config, "bsd-3-clause")
@@ -153,6 +154,9 @@ def test_card_says_what_the_model_is_and_what_its_minutes_count():
         assert ("cannot copy" in text) == (not use_pointer) and "were fine-tuned to copy" not in text
     tuned = model_card(record, PointerSentinelConfig.from_pretrained(folder, oov_pointer=True), "bsd-3-clause")
     assert "were fine-tuned to copy placeholders" in tuned and "so they rarely do" not in tuned
+    record["training"] |= stages  # the folder's own record: each stage named, the last stage's run on its own clock
+    staged = model_card(record, PointerSentinelConfig.from_pretrained(folder), "bsd-3-clause")
+    assert staged.count("Then fine-tuned, in order: ") == 1 and staged.count("`python examples/train.py --config") == 4
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
