@@ -49,10 +49,12 @@ prompt = tok("the company said", return_tensors="pt").input_ids
 out = model.generate(prompt, max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True)
 with torch.no_grad():
     forward = [model(out.sequences[:, : prompt.shape[1] + k]).logits[:, -1] for k in range(len(out.scores))]
-# (a plain LSTM's generate scores only the vocabulary: the placeholders it cannot copy stay out of them)
+# (a plain LSTM's generate scores only the vocabulary: of the placeholders it cannot copy, forward gives mass only to
+# the next unused slot, V+0 here, a new word's column, and generate never writes a new word)
 gaps = [(s - f[:, : s.shape[-1]])[s.isfinite()].abs().max().item() for s, f in zip(out.scores, forward)]
 result["decode_gap"] = max(gaps)
-result["uncopyable"] = all(bool(f[:, s.shape[-1] :].isneginf().all()) for s, f in zip(out.scores, forward))
+result["uncopyable"] = all(s.shape[-1] == f.shape[-1] or (bool(f[:, s.shape[-1] + 1 :].isneginf().all())
+                               and bool(f[:, s.shape[-1]].isfinite().all())) for s, f in zip(out.scores, forward))
 if text_file:
     with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
         ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it
