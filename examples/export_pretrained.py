@@ -33,10 +33,10 @@ FIXED_SLICE_TOKENS = 2000
 # prompt / scored: the card's usage snippet and try_pretrained.py's default prompt, in the corpus's own tokenisation
 DATASETS = {
     "ptb": dict(name="Penn Treebank (Mikolov et al.'s preprocessing)", hub="ptb_text_only", text_rules="ptb",
-                files=("ptb.valid.txt", "ptb.test.txt"), bundled=False,
+                files=("ptb.train.txt", "ptb.valid.txt", "ptb.test.txt"), bundled=False,
                 prompt="the company said", scored="the company said it expects to report a loss"),
     "wt2": dict(name="WikiText-2", hub="wikitext", config="wikitext-2-v1", text_rules="wikitext",
-                files=("wiki.valid.tokens", "wiki.test.tokens"), bundled=True,
+                files=("wiki.train.tokens", "wiki.valid.tokens", "wiki.test.tokens"), bundled=True,
                 prompt="The game was released in", scored="The game was released in Japan in 2011 ."),
 }  # fmt: skip
 
@@ -148,9 +148,8 @@ def fine_tune_stages(configs: list[str] | None, dataset: str) -> list[dict]:
     """Each fine-tuning stage's command and train.py flags, in order; a dataset that is not bundled names its files
     (the user's copies) on the command line."""
     info = DATASETS[dataset]
-    valid, test = info["files"]
-    files = "" if info["bundled"] else f" --train_file {valid.replace('valid', 'train')} --validation_file {valid} " \
-        f"--test_file {test}"  # fmt: skip
+    train, valid, test = info["files"]
+    files = "" if info["bundled"] else f" --train_file {train} --validation_file {valid} --test_file {test}"
     return [{"command": f"python examples/train.py --config {display_path(c)}{files}",
              "training": json.loads(Path(c).read_text())} for c in configs or ()]  # fmt: skip
 
