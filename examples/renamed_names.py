@@ -19,6 +19,8 @@ At each later occurrence of a name (not its first), with the document before it 
 - log p: the model's log-probability of it. A placeholder the window no longer holds scores as `<unk>`'s "new word"
   (the class, not the word), so the figures are also given for the positions whose previous occurrence is in the
   pointer's window, where the placeholder's probability is that of the word itself.
+Each figure comes with renamed minus real, case by case, and its standard error: both copies score the same
+positions, so the paired error is the one that says whether a gap is more than the sample's noise.
 The plain LSTM cannot copy: its placeholder top-1 is 0 by construction, and its log p is that of `<unk>`.
 """
 
@@ -160,7 +162,31 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
                 [v for v, k in zip(top, keep, strict=True) if k],
             )
             result.setdefault(name, {})[part] = {"top1": sum(k_top) / len(k_top), "mean_log_p": sum(k_lp) / len(k_lp)}
+    (real_lp, real_top), (renamed_lp, renamed_top) = rows["real"], rows["renamed"]
+    for part, keep in (("all", [True] * len(near)), ("in_window", near)):
+        pick = [i for i, k in enumerate(keep) if k]
+        result.setdefault("renamed_minus_real", {})[part] = {
+            "top1": paired_difference([renamed_top[i] for i in pick], [real_top[i] for i in pick]),
+            "mean_log_p": paired_difference([renamed_lp[i] for i in pick], [real_lp[i] for i in pick]),
+        }
     return result
+
+
+def paired_difference(a: list[float], b: list[float]) -> dict:
+    """The mean of a - b over paired cases (the same position scored twice) and its standard error, sd / sqrt(n) of
+    the per-case differences: the renamed and real copies of a document share their hard cases, so the pairing
+    gives a much smaller error than the two means' own."""
+    d = [float(x) - float(y) for x, y in zip(a, b, strict=True)]
+    n = len(d)
+    mean = sum(d) / n
+    se = (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5 if n > 1 else None  # JSON has no NaN
+    return {"mean": mean, "se": se, "n": n}
+
+
+def paired(diff: dict, spec: str) -> str:
+    """A paired difference as the summary prints it: the mean, signed, ± its standard error (where n > 1)."""
+    se = "" if diff["se"] is None else f" ± {format(diff['se'], spec)}"
+    return format(diff["mean"], "+" + spec) + se
 
 
 def parser() -> argparse.ArgumentParser:
@@ -206,14 +232,19 @@ def main(argv=None):
     results = [{"dataset": args.dataset, "split": args.split, **evaluate(m, docs, args.limit, counts)}
                for m in args.models]  # fmt: skip
     print(f"{args.dataset} {args.split}:")
-    print("| model | positions | real: top-1 | real: mean log p | renamed: top-1 | renamed: mean log p |")
-    print("|---|---|---|---|---|---|")
+    print("| model | positions | real: top-1 | real: mean log p | renamed: top-1 | renamed: mean log p "
+          "| renamed - real: top-1 | renamed - real: log p |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for r in results:
         for part, label in (("all", "all"), ("in_window", "previous occurrence in the window")):
-            real, renamed = r["real"][part], r["renamed"][part]
+            real, renamed, diff = r["real"][part], r["renamed"][part], r["renamed_minus_real"][part]
             n = r["cases"] if part == "all" else r["in_window"]
-            print(f"| {r['model']} | {label}: {n} | {real['top1']:.1%} | {real['mean_log_p']:.2f} | "
-                  f"{renamed['top1']:.1%} | {renamed['mean_log_p']:.2f} |")  # fmt: skip
+            print(
+                f"| {r['model']} | {label}: {n} | {real['top1']:.1%} | {real['mean_log_p']:.2f} | "
+                f"{renamed['top1']:.1%} | {renamed['mean_log_p']:.2f} | {paired(diff['top1'], '.1%')} | "
+                f"{paired(diff['mean_log_p'], '.3f')} |"
+            )
+    print("(± one standard error of the paired difference)")
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=1) + "\n")
     return results

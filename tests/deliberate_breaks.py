@@ -555,6 +555,32 @@ MUTS = [
         ["tests/test_open_vocabulary.py::test_renamed_names_ptb_renames_recurring_rare_words_within_segments"],
     ),
     (
+        "renamed names: the paired difference's error taken as the two means' own (unpaired)",
+        "examples/renamed_names.py",
+        "se = (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5 if n > 1 else None",
+        "se = ((sum((float(x) - sum(map(float, a)) / n) ** 2 for x in a) + sum((float(y) - sum(map(float, b)) / n) ** 2 "
+        "for y in b)) / (n - 1) / n) ** 0.5 if n > 1 else None",
+        [
+            "tests/test_open_vocabulary.py::test_renamed_names_paired_difference_is_the_per_case_mean_and_its_standard_error"
+        ],
+    ),
+    (
+        "renamed names: the paired difference over every case where the window's are asked for",
+        "examples/renamed_names.py",
+        "pick = [i for i, k in enumerate(keep) if k]",
+        "pick = list(range(len(keep)))",
+        ["tests/test_open_vocabulary.py::test_renamed_names_ptb_renames_recurring_rare_words_within_segments"],
+    ),
+    (
+        "renamed names: the standard error with n, not n - 1",
+        "examples/renamed_names.py",
+        "/ (n - 1) / n) ** 0.5 if n > 1 else None",
+        "/ n / n) ** 0.5 if n > 1 else None",
+        [
+            "tests/test_open_vocabulary.py::test_renamed_names_paired_difference_is_the_per_case_mean_and_its_standard_error"
+        ],
+    ),
+    (
         "simulated unseen words: frequent words too",
         TR,
         "rare = torch.bincount(ids, minlength=vocab_size) <= max_count",

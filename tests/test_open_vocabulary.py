@@ -428,7 +428,26 @@ def test_renamed_names_ptb_renames_recurring_rare_words_within_segments(tmp_path
                     str(tmp_path / "out.json"), "--num_threads", str(threads)])  # fmt: skip
     assert torch.is_grad_enabled() and torch.get_num_threads() == threads  # the test process as it was
     assert (r["dataset"], r["split"], r["cases"], r["in_window"]) == ("ptb", "test", 2, 1)
+    for part in ("all", "in_window"):  # the paired difference is the difference of the two figures, over the same cases
+        diff = r["renamed_minus_real"][part]
+        for key in ("top1", "mean_log_p"):
+            assert diff[key]["mean"] == pytest.approx(r["renamed"][part][key] - r["real"][part][key], abs=1e-12)
+        assert diff["top1"]["n"] == diff["mean_log_p"]["n"] == (2 if part == "all" else 1)
     assert json.loads((tmp_path / "out.json").read_text()) == [r]
+
+
+def test_renamed_names_paired_difference_is_the_per_case_mean_and_its_standard_error():
+    rn = example("renamed_names")
+    d = rn.paired_difference([1, 0, 1, 1], [0, 0, 1, 0])  # per-case differences 1, 0, 0, 1
+    assert d["n"] == 4 and d["mean"] == 0.5
+    assert d["se"] == pytest.approx((1 / 3) ** 0.5 / 2)  # sample sd sqrt(1/3), over sqrt(4)
+    # a shift shared by both copies leaves no error: what the pairing removes (two means' own errors would not)
+    same = rn.paired_difference([-5.0, -1.0, -3.0], [-5.5, -1.5, -3.5])
+    assert same["mean"] == pytest.approx(0.5) and same["se"] == pytest.approx(0.0, abs=1e-12)
+    assert rn.paired_difference([1.0], [0.0])["se"] is None  # one case: no error to give (and JSON has no NaN)
+    assert rn.paired({"mean": 0.021, "se": 0.0051}, ".1%") == "+2.1% ± 0.5%"
+    with pytest.raises(ValueError):
+        rn.paired_difference([1, 0], [1])
 
 
 def test_renamed_names_command_line_mistakes(tmp_path, capsys):
