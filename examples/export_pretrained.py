@@ -113,15 +113,17 @@ def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: in
     return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
 
 
-def load_recipe(path: str | None, dataset: str, run_dir: Path) -> dict:
+def load_recipe(path: str | None, dataset: str, run_dir: Path, base_results: str | None = None) -> dict:
     """The training recipe for the card: a run's --config file, or from results/converged/results.json the block of
     the run being exported (quality_runs.py names its run folders BLOCK_plain / BLOCK_pointer: ptb_sgd_pointer is
-    the ptb_sgd block), else the dataset's block."""
+    the ptb_sgd block), else the dataset's block. A fine-tuned run's recipe is its base run's: with `base_results`
+    (BLOCK_pointer.results.json) the block comes from that file's name, as fine-tuning folders are named freely."""
     if not path:
         return {}
     recipe = json.loads(Path(path).read_text())
     if "runs" in recipe:
-        names = [run_dir.name.rsplit("_", 1)[0], dataset]
+        run = Path(base_results).name.split(".")[0] if base_results else run_dir.name
+        names = [run.rsplit("_", 1)[0], dataset]
         block = next((n for n in names if n in recipe["runs"]), None)
         if block is None:
             fail(f"--recipe {path} has no run {' or '.join(map(repr, names))}: it has {sorted(recipe['runs'])}")
@@ -211,7 +213,7 @@ def main(argv=None):
     test_file = display_path(args.test_file) if args.test_file else f"{bundled}/wiki.test.tokens.xz"
     valid_file = display_path(args.validation_file) if args.validation_file else f"{bundled}/wiki.valid.tokens.xz"
     data_flags = f" --validation_file {valid_file} --test_file {test_file}" if args.test_file else ""
-    recipe = load_recipe(args.recipe, args.dataset, run_dir)
+    recipe = load_recipe(args.recipe, args.dataset, run_dir, args.base_results)
     last_run = run_summary(run_dir / "results.json")
     record = {
         "model": name,

@@ -21,7 +21,8 @@ At each later occurrence of a name (not its first), with the document before it 
   pointer's window, where the placeholder's probability is that of the word itself.
 Each figure comes with renamed minus real, case by case, and its standard error: both copies score the same
 positions, so the paired error is the one that says whether a gap is more than the sample's noise.
-The plain LSTM cannot copy: its placeholder top-1 is 0 by construction, and its log p is that of `<unk>`.
+The plain LSTM cannot copy: a placeholder gets only its share of `<unk>`'s new-word mass (a used slot counts as
+a word it cannot see), so its top-1 is near 0.
 """
 
 import argparse

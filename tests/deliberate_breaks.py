@@ -527,6 +527,13 @@ MUTS = [
         ["tests/test_open_vocabulary.py::test_unseen_word_simulation_measures_windows_as_a_scan_does"],
     ),
     (
+        "export: a fine-tuned run's card takes the recipe of its own folder's name, not its base run's",
+        "examples/export_pretrained.py",
+        'run = Path(base_results).name.split(".")[0] if base_results else run_dir.name',
+        "run = run_dir.name",
+        ["tests/test_pretrained.py::test_export_takes_the_recipe_of_the_run_it_exports"],
+    ),
+    (
         "renamed names: --split ignored (always the test articles)",
         "examples/renamed_names.py",
         "f\"wiki.{'valid' if split == 'validation' else 'test'}.tokens.xz\"",

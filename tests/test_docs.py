@@ -101,6 +101,10 @@ def test_model_card_renamed_names_tables_are_the_benchmarks_files(corpus):
                          f"{w['top1']:.1%}", f"{w['mean_log_p']:.2f}"]  # fmt: skip
                 assert cells in table, (cells, table)
             assert f"{split}: {r['cases']:,} positions, {r['in_window']:,} in the window" in words
+            if "pointer" in r["model"]:  # renamed names produced beyond the window: all positions less the window
+                produced = round(r["renamed"]["all"]["top1"] * r["cases"])
+                beyond = produced - round(r["renamed"]["in_window"]["top1"] * r["in_window"])
+                assert f"{beyond} of {produced}" in words, (corpus, split, beyond, produced)
 
 
 def test_model_card_lm_eval_table_is_its_results_file():

@@ -622,7 +622,7 @@ def test_train_py_oov_pointer_only_trains_the_copy_head_alone(tmp_path):
 
 
 COPY_STAGES = {  # each shipped pointer folder's copy head: train.py --config files, in the order they ran
-    "wt2-pointer-sentinel-lstm-2x200": ["wt2_copy_unseen.json", "wt2_copy_unseen_head.json"],
+    "wt2-pointer-sentinel-lstm-2x200": [f"wt2_copy_unseen{s}.json" for s in ("", "_head", "_head_2")],
     "ptb-pointer-sentinel-lstm-2x200": [f"ptb_copy_unseen{s}.json" for s in ("", "_2", "_3", "_4")],
 }
 

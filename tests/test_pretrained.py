@@ -323,6 +323,9 @@ def test_export_takes_the_recipe_of_the_run_it_exports(tmp_path):
     optimizer = lambda run: load_recipe(str(path), "ptb", tmp_path / run)["training"]["optimizer"]  # noqa: E731
     assert optimizer("ptb_sgd_pointer") == "ntasgd" and optimizer("ptb_sgd_plain") == "ntasgd"
     assert optimizer("ptb_pointer") == "adamw" and optimizer("my_run") == "adamw"
+    # a fine-tuned run, named freely, takes its base run's block (--base_results BLOCK_pointer.results.json)
+    base = str(tmp_path / "ptb_sgd_pointer.results.json")
+    assert load_recipe(str(path), "ptb", tmp_path / "my_copy_stage", base)["training"]["optimizer"] == "ntasgd"
     with pytest.raises(SystemExit):
         load_recipe(str(path), "wt2", tmp_path / "wt2_pointer")
 
