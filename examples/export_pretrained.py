@@ -113,6 +113,15 @@ def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: in
     return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
 
 
+def drop_loading_keys(path: Path):
+    """transformers saves how a tokenizer was loaded with it (`local_files_only` under HF_HUB_OFFLINE, `is_local`);
+    a shipped folder's config says what the tokenizer is, so a user online is not told to stay offline."""
+    config = json.loads(path.read_text())
+    if {"local_files_only", "is_local"} & set(config):
+        config = {k: v for k, v in config.items() if k not in ("local_files_only", "is_local")}
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
 def load_recipe(path: str | None, dataset: str, run_dir: Path, base_results: str | None = None) -> dict:
     """The training recipe for the card: a run's --config file, or from results/converged/results.json the block of
     the run being exported (quality_runs.py names its run folders BLOCK_plain / BLOCK_pointer: ptb_sgd_pointer is
@@ -174,6 +183,7 @@ def main(argv=None):
     # ---- save: tokenizer in the current form (word ids unchanged, open vocabulary), model with its code ----
     out_dir.mkdir(parents=True, exist_ok=True)
     open_vocabulary(add_text_rules(tok, info["text_rules"])).save_pretrained(out_dir)
+    drop_loading_keys(out_dir / "tokenizer_config.json")
     tok = AutoTokenizer.from_pretrained(out_dir)
     for split, lines in splits.items():
         if not torch.equal(encode_lines(tok, lines), ids[split]):

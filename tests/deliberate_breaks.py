@@ -534,6 +534,13 @@ MUTS = [
         ["tests/test_open_vocabulary.py::test_unseen_word_simulation_measures_windows_as_a_scan_does"],
     ),
     (
+        "export: an offline export saves how it loaded the tokenizer (local_files_only)",
+        "examples/export_pretrained.py",
+        '    drop_loading_keys(out_dir / "tokenizer_config.json")\n',
+        "",
+        ["tests/test_pretrained.py::test_export_a_trained_run_end_to_end"],
+    ),
+    (
         "export: a fine-tuned run's card takes the recipe of its own folder's name, not its base run's",
         "examples/export_pretrained.py",
         'run = Path(base_results).name.split(".")[0] if base_results else run_dir.name',

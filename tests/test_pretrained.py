@@ -254,8 +254,11 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     export = [sys.executable, str(ROOT / "examples" / "export_pretrained.py"), str(tmp_path / "run"), str(out),
               "--dataset", "ptb", *data, "--recipe", str(recipe), "--train_command", "python examples/train.py",
               ]  # fmt: skip
-    done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=env)
+    offline = {**env, "HF_HUB_OFFLINE": "1"}  # as exports run here: how the run was loaded must not be saved
+    done = subprocess.run(export, capture_output=True, text=True, cwd=tmp_path, env=offline)
     assert done.returncode == 0, done.stderr[-3000:]
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert "local_files_only" not in saved and "is_local" not in saved and saved["oov_slots"] > 0
     record = json.loads((out / "eval_results.json").read_text())
     assert record["dtype"] == "float32" and record["test"]["batch_size"] == 10
     assert record["test_file"] == "test.txt" and str(tmp_path) not in json.dumps(record)
