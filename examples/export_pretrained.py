@@ -113,13 +113,18 @@ def measure(model, ids: torch.Tensor, batch_size: int, bptt: int, max_tokens: in
     return {"ppl": out.perplexity(), "targets": out.targets.numel(), "batch_size": batch_size, "bptt": bptt}
 
 
-def drop_loading_keys(path: Path):
-    """transformers saves how a tokenizer was loaded with it (`local_files_only` under HF_HUB_OFFLINE, `is_local`);
-    a shipped folder's config says what the tokenizer is, so a user online is not told to stay offline."""
+def save_tokenizer(tok, text_rules: str, out_dir: Path):
+    """The tokenizer in the current form (the text rules, the open vocabulary) saved in out_dir, and read back from
+    it. transformers saves how a remote-code tokenizer was loaded with it (`is_local`, and `local_files_only` under
+    HF_HUB_OFFLINE): a shipped folder's config says what the tokenizer is, so those keys are dropped, and a user
+    online is not told to stay offline."""
+    open_vocabulary(add_text_rules(tok, text_rules)).save_pretrained(out_dir)
+    path = out_dir / "tokenizer_config.json"
     config = json.loads(path.read_text())
     if {"local_files_only", "is_local"} & set(config):
         config = {k: v for k, v in config.items() if k not in ("local_files_only", "is_local")}
         path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    return AutoTokenizer.from_pretrained(out_dir)
 
 
 def load_recipe(path: str | None, dataset: str, run_dir: Path, base_results: str | None = None) -> dict:
@@ -182,9 +187,7 @@ def main(argv=None):
 
     # ---- save: tokenizer in the current form (word ids unchanged, open vocabulary), model with its code ----
     out_dir.mkdir(parents=True, exist_ok=True)
-    open_vocabulary(add_text_rules(tok, info["text_rules"])).save_pretrained(out_dir)
-    drop_loading_keys(out_dir / "tokenizer_config.json")
-    tok = AutoTokenizer.from_pretrained(out_dir)
+    tok = save_tokenizer(tok, info["text_rules"], out_dir)
     for split, lines in splits.items():
         if not torch.equal(encode_lines(tok, lines), ids[split]):
             fail(f"the re-saved tokenizer gives other ids on the {split} split than {run_dir}'s")

@@ -301,6 +301,24 @@ def test_export_a_trained_run_end_to_end(tmp_path):
     assert "run: epochs 40, steps 123, stopped patience" in card and "Then fine-tuned, in order: `python" in card
 
 
+def test_export_saves_the_tokenizer_without_how_it_was_loaded(tmp_path):
+    """A remote-code tokenizer (a train.py run's, a shipped folder's) is saved with how it was loaded: `is_local`,
+    and `local_files_only` under HF_HUB_OFFLINE. The exported folder's tokenizer_config.json holds neither."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    from export_pretrained import save_tokenizer
+    from transformers import AutoTokenizer
+
+    import modeling_pointer_sentinel  # noqa: F401  registers the tokenizer class, as export_pretrained.py loads it
+
+    tok = AutoTokenizer.from_pretrained(ROOT / "pretrained" / "ptb-lstm-2x200", local_files_only=True)
+    tok.save_pretrained(tmp_path / "as_loaded")
+    assert json.loads((tmp_path / "as_loaded" / "tokenizer_config.json").read_text())["local_files_only"] is True
+    saved = save_tokenizer(tok, "ptb", tmp_path / "out")
+    config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
+    assert "local_files_only" not in config and "is_local" not in config
+    assert config["oov_slots"] == tok.oov_slots and saved("the company")["input_ids"] == tok("the company")["input_ids"]
+
+
 def test_export_takes_the_recipe_of_its_dataset_from_the_converged_results():
     """--recipe results/converged/results.json: the card's recipe is the run of the exported dataset."""
     sys.path.insert(0, str(ROOT / "examples"))
