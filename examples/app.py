@@ -94,10 +94,15 @@ def encode(model, tok, text: str) -> tuple[torch.Tensor, list[str]]:
     return ids.masked_fill(ids >= limit, tok.unk_token_id), list(enc.oov_words[0]) if enc.oov_words else []
 
 
+NEW_WORD = "(a new word)"  # a slot the text has not used: the column of a word neither it nor the vocabulary holds
+
+
 def spell(tok, i: int, table: list[str]) -> str:
     """A token as the reader sees it: an unseen word in its own spelling, <eos> as a line break."""
     k = i - tok.word_vocab_size
-    if 0 <= k < len(table):
+    if k >= len(table):  # `table` holds every slot the text has used
+        return NEW_WORD
+    if k >= 0:
         return table[k]
     return "\n" if i == tok.eos_token_id else tok.decode([i])
 

@@ -214,6 +214,13 @@ MUTS = [
         ["tests/test_docs.py::test_model_card_renamed_names_tables_are_the_benchmarks_files"],
     ),
     (
+        "demo: the next unused slot among the top words written as its placeholder",
+        "examples/app.py",
+        "        return NEW_WORD\n",
+        "        return tok.decode([i])\n",
+        ["tests/test_app.py::test_the_pages_pointer_share_is_the_models"],
+    ),
+    (
         "docs: the card's lm-eval row apart from its file",
         "model_card.md",
         "| 62 | 241,335 | 96.01 | 2.4030 |",

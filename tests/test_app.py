@@ -102,6 +102,12 @@ def test_the_pages_pointer_share_is_the_models(models):
     assert text == app.continuation(tok, torch.tensor(prompt), [r["id"] for r in words], enc.oov_words[0])
     # the page writes an unseen word in its own spelling (the default folder copies the prompt's name)
     assert any(r["unseen"] for r in words) and all(r["word"] in enc.oov_words[0] for r in words if r["unseen"])
+    # the next unused slot, a top next word for its new-word share, is named as such, never as a placeholder
+    table, V = enc.oov_words[0], tok.word_vocab_size
+    assert app.spell(tok, V + len(table), table) == app.spell(tok, V + 255, table) == app.NEW_WORD
+    assert app.spell(tok, V, table) == table[0] and app.spell(tok, tok.eos_token_id, table) == "\n"
+    tops = [c["word"] for r in words for c in r["top"]]
+    assert app.NEW_WORD in tops and not any(w.startswith("<oov-") for w in tops)
 
 
 @torch.no_grad()
