@@ -156,19 +156,15 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
             rows[name][0].extend(lp)
             rows[name][1].extend(top)
     result = {"model": Path(folder).name, "cases": len(near), "in_window": sum(near)}
-    for name, (lp, top) in rows.items():
-        for part, keep in (("all", [True] * len(near)), ("in_window", near)):
-            k_lp, k_top = (
-                [v for v, k in zip(lp, keep, strict=True) if k],
-                [v for v, k in zip(top, keep, strict=True) if k],
-            )
-            result.setdefault(name, {})[part] = {"top1": sum(k_top) / len(k_top), "mean_log_p": sum(k_lp) / len(k_lp)}
-    (real_lp, real_top), (renamed_lp, renamed_top) = rows["real"], rows["renamed"]
     for part, keep in (("all", [True] * len(near)), ("in_window", near)):
-        pick = [i for i, k in enumerate(keep) if k]
+        kept = {name: [[v for v, k in zip(values, keep, strict=True) if k] for values in both]
+                for name, both in rows.items()}  # fmt: skip
+        for name, (k_lp, k_top) in kept.items():
+            result.setdefault(name, {})[part] = {"top1": sum(k_top) / len(k_top), "mean_log_p": sum(k_lp) / len(k_lp)}
+        (real_lp, real_top), (renamed_lp, renamed_top) = kept["real"], kept["renamed"]
         result.setdefault("renamed_minus_real", {})[part] = {
-            "top1": paired_difference([renamed_top[i] for i in pick], [real_top[i] for i in pick]),
-            "mean_log_p": paired_difference([renamed_lp[i] for i in pick], [real_lp[i] for i in pick]),
+            "top1": paired_difference(renamed_top, real_top),
+            "mean_log_p": paired_difference(renamed_lp, real_lp),
         }
     return result
 

@@ -593,10 +593,10 @@ MUTS = [
         ],
     ),
     (
-        "renamed names: the paired difference over every case where the window's are asked for",
+        "renamed names: the in-window figures and their paired difference over every case",
         "examples/renamed_names.py",
-        "pick = [i for i, k in enumerate(keep) if k]",
-        "pick = list(range(len(keep)))",
+        "kept = {name: [[v for v, k in zip(values, keep, strict=True) if k] for values in both]",
+        "kept = {name: [list(values) for values in both]",
         ["tests/test_open_vocabulary.py::test_renamed_names_ptb_renames_recurring_rare_words_within_segments"],
     ),
     (
