@@ -119,11 +119,11 @@ def save_tokenizer(tok, text_rules: str, out_dir: Path):
     HF_HUB_OFFLINE): a shipped folder's config says what the tokenizer is, so those keys are dropped, and a user
     online is not told to stay offline."""
     open_vocabulary(add_text_rules(tok, text_rules)).save_pretrained(out_dir)
-    path = out_dir / "tokenizer_config.json"
+    path, loading = out_dir / "tokenizer_config.json", {"local_files_only", "is_local"}
     config = json.loads(path.read_text())
-    if {"local_files_only", "is_local"} & set(config):
-        config = {k: v for k, v in config.items() if k not in ("local_files_only", "is_local")}
-        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    if loading & config.keys():
+        kept = {k: v for k, v in config.items() if k not in loading}
+        path.write_text(json.dumps(kept, indent=2, ensure_ascii=False) + "\n")
     return AutoTokenizer.from_pretrained(out_dir)
 
 
