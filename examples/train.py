@@ -560,6 +560,7 @@ def main(argv=None):
         saved = out_dir / f"step_{state.step}"
         accelerator.print(f"stopped after epoch {state.epoch} as asked (SIGUSR1), checkpoint {saved}: run again "
                           "with --resume_from_checkpoint latest")  # fmt: skip
+        accelerator.wait_for_everyone()  # as at the end below
         accelerator.end_training()
         return None
     if state.stopped is None:
@@ -597,6 +598,8 @@ def main(argv=None):
         print("sample:", text[0]["generated_text"])
     accelerator.print(f"saved the model and tokenizer to {out_dir}/ (results: {out_dir / 'results.json'}, "
                       f"log: {log_file})")  # fmt: skip
+    # the ranks tear their process group down together: gloo's teardown while a peer still works can hang
+    accelerator.wait_for_everyone()
     accelerator.end_training()
     return results
 

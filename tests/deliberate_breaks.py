@@ -2994,6 +2994,20 @@ MUTS += [
         'subprocess.Popen([sys.executable, "-c", "pass"])',
         [f"{TT}::test_a_launch_whose_test_process_is_killed_leaves_no_rank_behind"],
     ),
+    (
+        "test launches: a launch past its timeout is killed without its processes' stacks",
+        "tests/launching.py",
+        "os.kill(pid, signal.SIGABRT)",
+        "os.kill(pid, signal.SIGKILL)",
+        [f"{TT}::test_a_launch_past_its_timeout_fails_with_where_each_process_stood"],
+    ),
+    (
+        "test launches: faulthandler not enabled in a launch's processes",
+        "tests/launching.py",
+        '"PYTHONFAULTHANDLER": "1"}',
+        '"PYTHONFAULTHANDLER": ""}',
+        [f"{TT}::test_a_launch_past_its_timeout_fails_with_where_each_process_stood"],
+    ),
 ]
 DOCS = ["tests/test_docs.py"]
 MUTS += [

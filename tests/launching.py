@@ -83,8 +83,39 @@ def process_group(cmd, env=None, **popen_kwargs):
         watchdog.wait()
 
 
+class Stuck(AssertionError):
+    """A command that outlived its timeout, with where each of its Python processes stood (faulthandler's stacks)."""
+
+
 def run(cmd, timeout=600, **popen_kwargs) -> subprocess.CompletedProcess:
-    """subprocess.run(cmd, capture_output=True, text=True), with every process the command started killed at its end."""
-    with process_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen_kwargs) as proc:
-        stdout, stderr = proc.communicate(timeout=timeout)
+    """subprocess.run(cmd, capture_output=True, text=True), with every process the command started killed at its end.
+    On a timeout, every process still alive is asked for its Python stacks (SIGABRT to faulthandler, enabled for them
+    all) before the kill, and `Stuck` names them with those stacks: a rare hang in CI says where it hung."""
+    env = {**(popen_kwargs.pop("env", None) or os.environ), "PYTHONFAULTHANDLER": "1"}
+    with process_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **popen_kwargs) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            exited, alive = proc.poll() is not None, [f"{pid} {_cmdline(pid)}" for pid in members(proc.token)]
+            for pid in members(proc.token):  # one at a time: stacks written together interleave
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGABRT)
+                for _ in range(50):
+                    if pid not in members(proc.token):
+                        break
+                    time.sleep(0.1)
+            try:  # the stacks arrive on the pipes, which close once every writer is gone
+                stdout, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill_all(proc.token)
+                stdout, stderr = proc.communicate()
+            said = [f"timed out after {timeout} s; still running then (the launcher had exited: {exited}):", *alive]
+            said += ["--- stdout (end):", stdout[-3000:], "--- stderr (end, with the stacks):", stderr[-20000:]]
+            raise Stuck("\n".join(said)) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode(errors="replace")[:300]
+    return "?"

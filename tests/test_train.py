@@ -165,6 +165,27 @@ def test_a_launch_whose_test_process_is_killed_leaves_no_rank_behind(corpus, tmp
             launching.kill_all(token)
 
 
+HUNG = """
+import subprocess, sys, time
+child = "def waiting_child():\\n    print('ready', flush=True)\\n    time.sleep(600)\\nimport time\\nwaiting_child()"
+rank = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True, start_new_session=True)
+rank.stdout.readline()
+def waiting_parent():
+    time.sleep(600)
+waiting_parent()
+"""
+
+
+def test_a_launch_past_its_timeout_fails_with_where_each_process_stood():
+    """A command that hangs (here a parent, and a child in a session of its own like a launcher's rank) fails its test
+    with each live process and its Python stack, then leaves none behind: a rare hang in CI says where it hung."""
+    with pytest.raises(launching.Stuck) as stuck:
+        launching.run([sys.executable, "-c", HUNG], timeout=10)
+    said = str(stuck.value)
+    assert "in waiting_parent" in said and "in waiting_child" in said, said
+    assert said.count(sys.executable) >= 2  # both processes named
+
+
 def test_resume_reproduces_uninterrupted_losses(corpus, tmp_path):
     cfg = json.loads(TINY.read_text())
     cfg["model"].update(input_dropout=0.3, weight_drop=0.3, embedding_dropout=0.1)  # RNG state must resume too
