@@ -123,10 +123,24 @@ MUTS = [
         [COPY_STAGES],
     ),
     (
-        "docs: a folder's batch-1 cache at settings of its own, not those the converged run chose",
+        "docs: a folder's batch-1 cache at settings other than its validation grid's best",
         "results/batch1/ptb-pointer-sentinel-lstm-2x200.cache.json",
-        '    "theta": 1.0,',
-        '    "theta": 1.5,',
+        '"theta": 1.0,\n    "lam": 0.05,\n    "alignment"',
+        '"theta": 1.5,\n    "lam": 0.05,\n    "alignment"',
+        ["tests/test_docs.py"],
+    ),
+    (
+        "docs: a batch-1 cache file's best point is not its grid's best",
+        "results/batch1/ptb-pointer-sentinel-lstm-2x200.cache.json",
+        '"cache_grid_best_on_validation": {\n    "window": 2000,',
+        '"cache_grid_best_on_validation": {\n    "window": 500,',
+        ["tests/test_docs.py"],
+    ),
+    (
+        "docs: a batch-1 cache chosen at an edge of its grid",
+        "results/batch1/wt2-pointer-sentinel-lstm-2x200.cache.json",
+        '"window": "inside",',
+        '"window": "upper edge",',
         ["tests/test_docs.py"],
     ),
     (

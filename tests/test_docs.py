@@ -31,14 +31,18 @@ def rows(text: str, first_cell: str) -> list[list[str]]:
 def shipped(folder: str) -> dict:
     """The figures of a shipped folder, formatted as the docs write them."""
     record = json.loads((ROOT / "pretrained" / folder / "eval_results.json").read_text())
-    # batch 1: the cache, and dynamic evaluation with the cache on top, at the settings the converged run chose on
-    # validation (its dynamic.json), each in its own file
+    # batch 1, each in its own file: the cache at its grid's best on the folder's own validation split (inside the
+    # grid), and dynamic evaluation with the cache on top at the settings the converged run chose on validation
     chosen_path = ROOT / "results" / "converged" / f"{RUNS[folder]}.dynamic.json"
     chosen = json.loads(chosen_path.read_text())
     cache = json.loads((ROOT / "results" / "batch1" / f"{folder}.cache.json").read_text())
     dynamic_path = ROOT / "results" / "batch1" / f"{folder}.dynamic.json"
     settings = ("window", "theta", "lam", "lr", "segment_length")
-    pairs = [(cache["cache"], chosen["cache"])]
+    grid = cache["cache_grid"]
+    assert cache["cache_grid_best_on_validation"] == min(grid, key=lambda point: point["ppl"])
+    assert set(cache["cache_grid_bracket"].values()) == {"inside"}
+    # the docs say each folder's grid chose what its converged run had chosen
+    pairs = [(cache["cache"], cache["cache_grid_best_on_validation"]), (cache["cache"], chosen["cache"])]
     if dynamic_path.exists():
         dynamic = json.loads(dynamic_path.read_text())
         assert cache["ppl"] == dynamic["ppl"] and cache["split"] == dynamic["split"] == "test"
