@@ -96,8 +96,9 @@ def run(cmd, timeout=600, **popen_kwargs) -> subprocess.CompletedProcess:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            exited, alive = proc.poll() is not None, [f"{pid} {_cmdline(pid)}" for pid in members(proc.token)]
-            for pid in members(proc.token):  # one at a time: stacks written together interleave
+            exited, stuck = proc.poll() is not None, members(proc.token)
+            alive = [f"{pid} {_cmdline(pid)}" for pid in stuck]
+            for pid in stuck:  # one at a time: stacks written together interleave
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGABRT)
                 for _ in range(50):
