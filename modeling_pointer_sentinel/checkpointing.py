@@ -49,6 +49,22 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: a forged or damaged file (named), or one that does not fit the run."""
 
 
+# torch.load(weights_only=True)'s own unpickler could corrupt memory, and possibly run code, below 2.10
+# (CVE-2026-24747, GHSA-63cw-57p8-fm3p): every pickle this package reads waits for a torch that fixed it.
+SAFE_UNPICKLER_TORCH = (2, 10)
+
+
+def require_safe_unpickler(path: Path) -> None:
+    """CheckpointError, one line, before `path` (a pickle) is read by a torch whose weights_only unpickler is unsafe."""
+    version = torch.__version__.split("+")[0].split(".")
+    if tuple(int(v) if v.isdigit() else 0 for v in version[:2]) < SAFE_UNPICKLER_TORCH:
+        floor = ".".join(map(str, SAFE_UNPICKLER_TORCH))
+        raise CheckpointError(
+            f"{path} is a pickle, and torch {torch.__version__}'s weights_only unpickler is unsafe to read one "
+            f"(CVE-2026-24747); not loaded: pip install 'torch>={floor}'"
+        )
+
+
 # ---- manifests: whole checkpoints, the newest one, leftovers of kills ----
 def read_manifest(folder: Path) -> dict | None:
     try:
@@ -319,6 +335,7 @@ def check_files(folder: Path):
             else:
                 read_state(path)
         elif path.suffix in (".bin", ".pkl", ".pt"):
+            require_safe_unpickler(path)
             try:
                 state = accelerate_load(path, map_location="cpu", weights_only=True, mmap=True)
                 rng = path.name.startswith("random_states")

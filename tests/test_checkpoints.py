@@ -480,3 +480,23 @@ def test_a_forged_checkpoint_file_runs_no_code_and_stops_the_resume_in_one_line(
     assert stop.value.code == 2 and len(err) == 1, err
     assert str(out / "step_2" / name) in err[0] and "forged or damaged" in err[0], err
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("step_")) == ["step_2"]  # nothing saved
+
+
+def test_a_resume_on_a_torch_with_an_unsafe_unpickler_stops_in_one_line(small_corpus, saved_run, tmp_path, capsys,
+                                                                        monkeypatch):  # fmt: skip
+    """torch below 2.10 (faked): its weights_only unpickler is unsafe (CVE-2026-24747), so the resume reads no pickle
+    and stops with one line naming the CVE and the torch to install; the same checkpoint resumes on this torch."""
+    out = tmp_path / "run"
+    shutil.copytree(saved_run, out)
+    resume = small_args(small_corpus, out, "--checkpointing_steps", "2", "--max_train_steps", "4",
+                        "--num_threads", "1", "--resume_from_checkpoint", "latest")  # fmt: skip
+    monkeypatch.setattr(torch, "__version__", "2.9.1+cpu")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        train_module().main(resume)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1, err
+    assert "CVE-2026-24747" in err[0] and "torch>=2.10" in err[0] and "optimizer.bin" in err[0], err
+    monkeypatch.undo()
+    train_module().main(resume)
+    assert (out / "step_4").is_dir()

@@ -7,6 +7,8 @@ import tomllib
 
 from conftest import ROOT
 
+from modeling_pointer_sentinel import checkpointing
+
 FOLDERS = ("modeling_pointer_sentinel", "examples", "tests", "benchmarks")
 LOCAL = {"modeling_pointer_sentinel"} | {p.stem for f in FOLDERS for p in (ROOT / f).glob("*.py")}  # sibling modules
 DISTRIBUTION = {"huggingface_hub": "huggingface-hub"}  # import name -> distribution name where they differ
@@ -52,5 +54,6 @@ def test_every_directly_imported_package_is_declared():
 def test_version_floors():
     _, groups = declared()
     deps = {re.split(r"[<>=!~ ]", r, maxsplit=1)[0].lower(): r for r in groups[""]}
-    assert deps["torch"] == "torch>=2.6"  # transformers 5.x disables PyTorch below 2.6
+    # the unpickler the resumes read pickles with is unsafe below 2.10 (CVE-2026-24747): pip keeps such a torch out
+    assert deps["torch"] == f"torch>={'.'.join(map(str, checkpointing.SAFE_UNPICKLER_TORCH))}" == "torch>=2.10"
     assert deps["accelerate"] == "accelerate>=1.15,<2"  # public API only: any 1.x from the tested one
