@@ -101,10 +101,10 @@ class DecodeStepGraph(torch.nn.Module):
         if self.model.pointer is None:  # the plain LSTM's step gives logits: normalise them here
             log_p = torch.log_softmax(log_p, -1)
             if places:  # forward's width, the new word's share on its columns: `pointer_mixture` with nothing to
-                # copy (one slot of mass 0: ONNX Runtime's reductions over an empty axis give NaN)
+                # copy (one empty slot, log attention -inf: ONNX Runtime's reductions over an empty axis give NaN)
                 nothing = log_p.new_zeros(log_p.shape[0], 1)
                 places = places._replace(used=s.used, unk_count=s.unk_count)
-                log_p = pointer_mixture(log_p, nothing[:, 0], nothing, nothing.long(), places)
+                log_p = pointer_mixture(log_p, nothing[:, 0], nothing - torch.inf, nothing.long(), places)
         return (log_p, *state_tensors(s))
 
 

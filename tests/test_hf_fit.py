@@ -116,18 +116,18 @@ def test_pointer_mixture_is_finite_on_both_paths_when_the_gate_vanishes_or_entri
         gate = log_gate.exp()
         dense = gate[:, None] * vocab.exp() + torch.zeros(2, V, dtype=torch.float64).scatter_add(-1, ids, a)
         with torch.no_grad():
-            fast = pointer_mixture(vocab, log_gate, a, ids)
-        v, lg, p = (t.clone().requires_grad_() for t in (vocab, log_gate, a))
-        safe = pointer_mixture(v, lg, p, ids)
+            fast = pointer_mixture(vocab, log_gate, a.log(), ids)
+        v, lg, log_a = (t.clone().requires_grad_() for t in (vocab, log_gate, a.log()))
+        safe = pointer_mixture(v, lg, log_a, ids)
         for got in (fast, safe.detach()):
             torch.testing.assert_close(got.exp(), dense)
             in_window = torch.zeros(2, V, dtype=torch.bool).scatter(-1, ids, True)
             assert torch.isfinite(got[in_window]).all()
         safe[in_window].sum().backward()
-        for t in (v, lg, p):
+        for t in (v, lg, log_a):
             assert t.grad is None or torch.isfinite(t.grad).all()
-        # d/da_i of the sum over window words of log p: 1/p(x_i), once per slot
-        torch.testing.assert_close(p.grad, 1 / dense.gather(-1, ids))
+        # d/d(log a_i) of the sum over window words of log p: a_i / p(x_i), once per slot
+        torch.testing.assert_close(log_a.grad, a / dense.gather(-1, ids))
 
 
 @pytest.mark.parametrize("open_vocabulary", [False, True])

@@ -4,13 +4,15 @@ included, and the mixture stays normalised over all V + N outputs (`new_word`)."
 
 import sys
 
+import pytest
 import torch
 from conftest import ROOT, tiny_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from modeling_pointer_sentinel import PointerSentinelCache
+from modeling_pointer_sentinel import PointerSentinelCache, pointer_mixture, pointer_target_log_prob
+from modeling_pointer_sentinel.modeling_pointer_sentinel import Placeholders
 
 sys.path.insert(0, str(ROOT / "examples"))
 import lm_eval_wikitext  # noqa: E402
@@ -109,3 +111,29 @@ def test_generate_never_writes_a_new_slot_which_has_no_spelling():
     for step in ("fast", "forward"):
         new = model.generate(prompt, max_new_tokens=6, do_sample=False, decode_step=step, pad_token_id=0)[:, 4:]
         assert (new[0] < V).all() and ((new[1] < V) | (new[1] == 23) | (new[1] == 24)).all(), (step, new)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("places", [None, Placeholders(V, N, UNK)])
+def test_attention_that_underflows_in_float32_counts_in_logits_as_in_the_loss(grad, places):
+    """float32 window slots whose log attention lies below exp()'s range (about -104) while the gate is smaller
+    still: `pointer_mixture` (logits) and `pointer_target_log_prob` (the loss) decide "in the window" by one predicate
+    (`in_window`) and sum the pointer's mass in log space, so every target scores the same through both, on the
+    no-gradient (scatter) and the gradient (pairwise) paths, with and without placeholders."""
+    torch.manual_seed(0)
+    vocab = torch.randn(2, 5, V).log_softmax(-1).requires_grad_(grad)
+    log_gate = torch.full((2, 5), -400.0)
+    window = torch.tensor([0, 0, 5, 7, 7, 12]).expand(2, 5, 6).clone()  # a word can fill several slots
+    window[..., :2] = torch.tensor([V, V + 1]) if places else window[..., :2]  # placeholders, or words
+    log_attention = torch.tensor([-130.0, -160.0, -120.0, -140.0, -1e-3, -150.0]).log_softmax(-1).expand(2, 5, 6)
+    log_attention = log_attention.masked_fill(torch.arange(6) == 3, -torch.inf)  # one empty slot
+    assert (log_attention.exp()[..., :4] == 0).all()  # every slot but the last two underflows in probabilities
+    logits = pointer_mixture(vocab, log_gate, log_attention, window, places)
+    if places is not None:  # each target read as the loss reads it: a placeholder or <unk> sees <unk>'s p_vocab
+        vocab = torch.cat([vocab, vocab[..., UNK : UNK + 1].expand(2, 5, N)], -1)
+    for target in window[log_attention > -torch.inf].unique():  # the words the window holds
+        targets = target.expand(2, 5)
+        loss_side, _ = pointer_target_log_prob(vocab.gather(-1, targets[..., None])[..., 0], log_gate, log_attention,
+                                               window, targets, places)  # fmt: skip
+        torch.testing.assert_close(logits[..., target], loss_side, atol=1e-5, rtol=1e-6)
+        assert (loss_side > -170).all()  # the pointer's underflowing mass, not the gate's e^-400, is what counts

@@ -307,11 +307,11 @@ def test_pointer_mixture_equals_dense_scatter(batch, L, V, seed):
     a = both[:, :-1].masked_fill(empty, 0)
     gate = 1 - a.sum(-1)
     ids = torch.randint(0, V, (batch, L), generator=g)
-    mixed = pointer_mixture(vocab, gate.log(), a, ids)  # no-grad path
+    mixed = pointer_mixture(vocab, gate.log(), a.log(), ids)  # no-grad path; log attention -inf on empty slots
     dense = gate[:, None] * vocab.exp() + torch.zeros(batch, V, dtype=torch.float64).scatter_add(-1, ids, a)
     torch.testing.assert_close(mixed.exp(), dense)
     torch.testing.assert_close(mixed.exp().sum(-1), torch.ones(batch, dtype=torch.float64))
-    with_grad = pointer_mixture(vocab.requires_grad_(), gate.log(), a, ids)  # gradient-safe path: same values
+    with_grad = pointer_mixture(vocab.requires_grad_(), gate.log(), a.log(), ids)  # gradient-safe path: same values
     torch.testing.assert_close(with_grad.detach(), mixed)
 
 
@@ -365,7 +365,7 @@ def test_pointer_mixture_gradient_equals_dense_reference_with_repeated_words():
         a, gate = both[:, :-1], both[:, -1]
         return (mix(torch.log_softmax(vocab, -1), gate, a) * weights).sum()
 
-    ours = torch.autograd.grad(both(lambda v, gate, a: pointer_mixture(v, gate.log(), a, ids)), (vocab, scores))
+    ours = torch.autograd.grad(both(lambda v, gate, a: pointer_mixture(v, gate.log(), a.log(), ids)), (vocab, scores))
     dense = torch.autograd.grad(
         both(lambda v, gate, a: (gate[:, None] * v.exp() + torch.zeros_like(v).scatter_add(-1, ids, a)).log()),
         (vocab, scores),

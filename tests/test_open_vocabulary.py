@@ -103,8 +103,8 @@ def test_mixture_without_placeholders_is_bit_exact_with_many_literal_unk():
     torch.manual_seed(0)
     vocab, pointer = torch.log_softmax(torch.randn(64, V), -1), torch.log_softmax(torch.randn(64, 101), -1)
     ids = torch.randint(0, 6, (64, 100))  # a third of them <unk> (3)
-    closed = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100].exp(), ids)
-    opened = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100].exp(), ids, Placeholders(V, N, UNK))
+    closed = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100], ids)
+    opened = pointer_mixture(vocab, pointer[:, -1], pointer[:, :100], ids, Placeholders(V, N, UNK))
     assert torch.equal(opened[:, :V], closed) and torch.isneginf(opened[:, V:]).all()
 
 
@@ -129,7 +129,7 @@ def test_mixture_gradient_path_equals_scoring_path():
     zero = torch.zeros(1, dtype=torch.long)
     used, unk_count = places.history(BATCH[:1], torch.ones_like(BATCH[:1], dtype=torch.bool), zero, zero)
     places = places._replace(used=used[0], unk_count=unk_count[0])
-    with_grad = pointer_mixture(vocab, log_gate, out.pointer_attention[0], ids, places)
+    with_grad = pointer_mixture(vocab, log_gate, out.pointer_attention[0].log(), ids, places)
     torch.testing.assert_close(with_grad, out.logits[0])
     with_grad[torch.isfinite(with_grad)].sum().backward()
     assert torch.isfinite(vocab.grad).all() and torch.isfinite(log_gate.grad).all()

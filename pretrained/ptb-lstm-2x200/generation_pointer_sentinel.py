@@ -237,7 +237,7 @@ class PointerStash:
     def __init__(self, mix: bool = True, decode_step: str = "fast"):
         self.mix, self.decode_step = mix, decode_step
         self.log_gate: torch.Tensor | None = None
-        self.pointer_probs: torch.Tensor | None = None
+        self.log_attention: torch.Tensor | None = None
         self.window_ids: torch.Tensor | None = None
         self.placeholders = None  # the model's `Placeholders`, or None for a closed vocabulary
         self.suppress_new_slot = False  # generate suppresses <unk>, so each row's next unused slot too

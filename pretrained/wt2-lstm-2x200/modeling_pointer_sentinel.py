@@ -296,6 +296,20 @@ def _safe_log(x: torch.Tensor) -> torch.Tensor:
     return torch.where(positive, torch.log(torch.where(positive, x, torch.ones_like(x))), -torch.inf)
 
 
+def in_window(log_attention: torch.Tensor) -> torch.Tensor:
+    """The one test of "this window slot holds a word": its log attention is above -inf. Mass is summed in log space
+    from there on, so a slot whose attention underflows exp() in float32 still counts, in `logits` as in the loss."""
+    return log_attention > -torch.inf
+
+
+def _logsumexp_where(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log sum exp(x) over the last axis where mask, -inf where none; NaN-free gradients (a row without a hit sums a
+    finite dummy, then takes the constant -inf)."""
+    any_hit = mask.any(-1)
+    lse = torch.logsumexp(x.masked_fill(~mask, -torch.inf).masked_fill(~any_hit.unsqueeze(-1), 0), -1)
+    return lse.masked_fill(~any_hit, -torch.inf)
+
+
 class AdaptiveSoftmax(nn.Module):
     """(2.1) p_vocab as Grave et al.'s adaptive softmax: the head is a softmax over the c_0 frequent words and one
     token per tail cluster i = [c_i, c_{i+1}); p_i = softmax(W_i P_i h + b_i) over cluster i's words, where P_i
@@ -408,10 +422,10 @@ def split_unknown(log_gate, vocab_unk_log_prob, log_attention, window_ids, place
     `config.oov_pointer` (else 0: a new word keeps u g / (g + M), m_k grows by m_k u / (g + M)). Returns whether the
     window holds a placeholder, log(u (1 - r)) and log(1 + u r / M); without one, log u and 0 exactly, so text
     without placeholders scores as with a closed vocabulary."""
-    oov = (window_ids >= places.first) & (log_attention > -torch.inf)
+    oov = (window_ids >= places.first) & in_window(log_attention)
     has = oov.any(-1)
-    # Rows without a placeholder take finite dummies, then the exact values: NaN-free gradients.
-    log_M = torch.logsumexp(log_attention.masked_fill(~oov, -torch.inf).masked_fill(~has.unsqueeze(-1), 0), -1)
+    # Rows without a placeholder take a finite dummy log M, then the exact values: NaN-free gradients.
+    log_M = _logsumexp_where(log_attention, oov).masked_fill(~has, 0)
     log_odds = log_M - log_gate
     if places.repeat_logit is not None:
         log_odds = log_odds + _upcast(places.repeat_logit)
@@ -448,38 +462,45 @@ def new_word(log_new, window_ids, held, places: Placeholders):
     return log_new + log_w_unk, torch.where(qualify, (log_new + log_w_slot).unsqueeze(-1), -torch.inf)
 
 
-def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, pointer_probs: torch.Tensor,
+def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, log_attention: torch.Tensor,
                     window_ids: torch.Tensor, placeholders: Placeholders | None = None) -> torch.Tensor:  # fmt: skip
     """(2.4) log p(w) = log(g p_vocab(w) + sum_{i: x_i = w} a_i) over the vocabulary, touching only the window's
     <= L entries after one pass over V (§2.6). With `placeholders`, V + n outputs: the pointer's mass on a
     placeholder goes to it, and `<unk>`'s share is split as `split_unknown` says.
 
-    vocab_log_probs (..., V), log_gate (...), pointer_probs (..., L) with 0 on empty slots, window_ids (..., L).
-    Finite wherever the mixture is positive, also for g = 0 or a window word with p_vocab = 0.
+    vocab_log_probs (..., V), log_gate (...), log_attention (..., L) with -inf on empty slots (`in_window`),
+    window_ids (..., L). The pointer's mass is summed in log space, as `pointer_target_log_prob` sums it. Finite
+    wherever the mixture is positive, also for g = 0 or a window word with p_vocab = 0.
     """
     log_p = vocab_log_probs + log_gate.unsqueeze(-1)
     if placeholders is not None:
         log_p = F.pad(log_p, (0, placeholders.n), value=-torch.inf)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, pointer_probs))):
-        # No gradient (decoding, scoring): scatter the mass per word; duplicate ids then write equal values.
-        mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, pointer_probs).gather(-1, window_ids)
-        mixed = log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), torch.log(mass)))
+    held = in_window(log_attention)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, log_attention))):
+        # No gradient (decoding, scoring): the mass per word by scatter, shifted by each word's largest log attention
+        # so that no term underflows; duplicate ids then write equal values.
+        top = torch.full_like(log_p, -torch.inf).scatter_reduce_(-1, window_ids, log_attention, "amax")
+        shift = top.gather(-1, window_ids)
+        shift = torch.where(shift > -torch.inf, shift, 0)  # a word's slots all share its shift
+        mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, torch.exp(log_attention - shift))
+        word_log_mass = _safe_log(mass.gather(-1, window_ids)) + shift
+        mixed = log_p.scatter_(-1, window_ids, torch.logaddexp(log_p.gather(-1, window_ids), word_log_mass))
     else:
         # Total pointer mass per window slot's word: a word seen k times in the window collects all k attentions.
         same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
-        word_mass = (same_word * pointer_probs.unsqueeze(-2)).sum(-1)  # (..., L)
-        m = torch.logaddexp(log_p.gather(-1, window_ids), _safe_log(word_mass))
+        each = log_attention.unsqueeze(-2).expand_as(same_word)
+        word_log_mass = _logsumexp_where(each, same_word & held.unsqueeze(-2))
+        m = torch.logaddexp(log_p.gather(-1, window_ids), word_log_mass)
         # Every copy of a word writes the same value; only the first copy carries the gradient, or it would count twice
         first = ~(same_word & torch.ones_like(same_word).tril(-1)).any(-1)
         mixed = log_p.scatter(-1, window_ids, torch.where(first, m, m.detach()))
     if placeholders is None:
         return mixed
     V, unk = placeholders.first, placeholders.unk
-    log_a = _safe_log(pointer_probs)
-    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], log_a, window_ids, placeholders)
-    log_new_unk, log_new_slots = new_word(log_new, window_ids, pointer_probs > 0, placeholders)
+    has, log_new, log_grow = split_unknown(log_gate, vocab_log_probs[..., unk], log_attention, window_ids, placeholders)
+    log_new_unk, log_new_slots = new_word(log_new, window_ids, held, placeholders)
     # <unk> keeps its share of a new word and the pointer's mass on literal <unk> positions
-    log_unk = torch.logaddexp(log_new_unk, _safe_log((pointer_probs * (window_ids == unk)).sum(-1)))
+    log_unk = torch.logaddexp(log_new_unk, _logsumexp_where(log_attention, held & (window_ids == unk)))
     if placeholders.used is None:  # the closed reading, exactly as before
         log_unk = torch.where(has, log_unk, mixed[..., unk])
     # a slot is a copy (in the window) or a new word (not): never both, and no NaN gradient from logaddexp
@@ -500,17 +521,14 @@ def pointer_target_log_prob(
     With `placeholders`, a placeholder target's vocab_target_log_prob is `<unk>`'s, which the split reads: one the
     window holds is a copy, any other takes its share of the new-word mass (`new_word`), as `pointer_mixture` gives it.
     """
-    hit = (window_ids == targets.unsqueeze(-1)) & (log_attention > -torch.inf)  # empty slots hold a dummy id
-    any_hit = hit.any(-1)
-    # Rows without a hit get a finite dummy, then a constant -inf: logsumexp over all -inf would give NaN grads.
-    pointer = torch.logsumexp(log_attention.masked_fill(~hit, -torch.inf).masked_fill(~any_hit.unsqueeze(-1), 0), -1)
-    pointer = pointer.masked_fill(~any_hit, -torch.inf)
+    held = in_window(log_attention)  # empty slots hold a dummy id
+    pointer = _logsumexp_where(log_attention, (window_ids == targets.unsqueeze(-1)) & held)
     vocab, hit_or_gate = log_gate + vocab_target_log_prob, torch.logaddexp(log_gate, pointer)
     if placeholders is not None:
         V, n, unk = placeholders.first, placeholders.n, placeholders.unk
         # at the targets that read them (<unk>, placeholders) log_new and log_grow see <unk>'s p_vocab
         _, log_new, log_grow = split_unknown(log_gate, vocab_target_log_prob, log_attention, window_ids, placeholders)
-        log_new_unk, log_new_slots = new_word(log_new, window_ids, log_attention > -torch.inf, placeholders)
+        log_new_unk, log_new_slots = new_word(log_new, window_ids, held, placeholders)
         copy = targets >= V
         new_slot = log_new_slots.gather(-1, (targets - V).clamp(0, n - 1).unsqueeze(-1)).squeeze(-1)
         vocab = torch.where(copy, new_slot, torch.where(targets == unk, log_new_unk, vocab))
@@ -958,7 +976,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             return pointer_mixture(vocab_logits, no_gate, empty, empty.long(), places), vocab_logits
         if pointer_stash is not None:  # generate: the processor normalises once, then mixes the last position
             pointer_stash.log_gate = pointer.log_gate[:, -1]
-            pointer_stash.pointer_probs = pointer.log_attention[:, -1].exp()
+            pointer_stash.log_attention = pointer.log_attention[:, -1]
             pointer_stash.window_ids = pointer.window_ids[:, -1]
             pointer_stash.placeholders = places
             return vocab_logits, vocab_logits
@@ -967,14 +985,14 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         kept = [slice_logits_to_keep(t, logits_to_keep) for t in (pointer.log_attention, pointer.window_ids)]
         log_gate = slice_logits_to_keep(pointer.log_gate.unsqueeze(-1), logits_to_keep).squeeze(-1)
         with torch.set_grad_enabled(torch.is_grad_enabled() and loss is None):
-            logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]).exp(), kept[1], places)
+            logits = pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(kept[0]), kept[1], places)
         return logits, vocab_logits
 
     def _mix_stashed(self, scores, s: PointerStash):
         """(2.4) at the position `_report` stashed for generate: `PointerSentinelLogitsProcessor`'s mixture of the
         vocabulary scores, normalised once here."""
         log_probs = torch.log_softmax(_upcast(scores), -1)
-        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.pointer_probs), s.window_ids, s.placeholders)
+        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.log_attention), s.window_ids, s.placeholders)
 
     def forward(
         self,
@@ -1156,7 +1174,7 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
         places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
-    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention).exp(), state.ids, places), vocab
+    return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention), state.ids, places), vocab
 
 
 __all__ = ["AdaptiveSoftmax", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM", "PointerSentinelModel",
