@@ -180,3 +180,28 @@ def reference(model, ids):
         att = [float(a[0, t, j]) if t - L + 1 + j >= 0 else None for j in range(L)]
         out.append((p[0, t], float(g[0, t]), att if model.pointer is not None else [None] * L))
     return out
+
+
+def spelled_next(words, copy, new, spell_next, prefix):
+    """The unseen word's next symbol by the definition, one candidate at a time: words are the window slots' spellings
+    (lists of bytes, None for a slot without one), copy their masses, new the speller's mass N, spell_next(prefix)
+    the speller's distribution over the 257 symbols (256 = the end) after `prefix`. Returns the 257 joint masses at a
+    word boundary (empty prefix), else the conditional probabilities."""
+    end = 256
+
+    def p_spell(bytes_):
+        p = 1.0
+        for i, b in enumerate(bytes_):
+            p *= spell_next(bytes_[:i])[b]
+        return p
+
+    k, out = len(prefix), [0.0] * 257
+    for s in range(257):
+        for w, c in zip(words, copy, strict=True):
+            if w is not None and list(w[:k]) == list(prefix) and (len(w) > k and w[k] == s or len(w) == k and s == end):
+                out[s] += c
+        out[s] += new * p_spell(prefix) * spell_next(prefix)[s]
+    if k == 0:
+        return out
+    total = sum(out)
+    return [o / total for o in out] if total > 0 else list(spell_next(prefix))

@@ -536,6 +536,69 @@ def pointer_target_log_prob(
     return torch.logaddexp(vocab, pointer), hit_or_gate
 
 
+# ---- Speller: a word outside the vocabulary spelled in bytes, copied through its bytes -------------------------------
+# A word the vocabulary lacks is written in the ids as its UTF-8 bytes and an end symbol, at every occurrence. At a
+# word boundary the unseen-word mass (the speller's new word N, plus the pointer's mass c_j on each window slot j that
+# holds a spelled word w_j) is spread over first bytes; inside a word, each next byte is the share of the candidates
+# that continue the bytes so far (a trie over the window's spelled words, plus the speller's new word):
+#     p(s | prefix) = [sum_{j: w_j continues prefix with s} c_j + N p_spell(prefix) p_spell(s | prefix)]
+#                     / [sum_{j: w_j starts with prefix} c_j + N p_spell(prefix)],
+# so the product over a word's bytes and its end telescopes to sum_{j: w_j = w} c_j + N p_spell(w): the word's
+# probability, as a copy or as a new word. Symbols 0 ... 255 are bytes, SPELL_END ends a word.
+
+SPELL_END = 256
+SPELL_SYMBOLS = 257
+
+
+class Speller(nn.Module):
+    """p_spell(w | h_t): a one-layer byte LSTM whose state starts from the word LSTM's output h_t (the context of the
+    word to spell). Its first step cannot end the word (no word is empty)."""
+
+    def __init__(self, hidden_size: int, speller_size: int):
+        super().__init__()
+        self.init_state = nn.Linear(hidden_size, 2 * speller_size)  # (h_0, c_0) of the byte LSTM from h_t
+        self.embed_bytes = nn.Embedding(SPELL_SYMBOLS, speller_size)  # 256 bytes, and SPELL_END as the start symbol
+        self.lstm = nn.LSTM(speller_size, speller_size, batch_first=True)
+        self.out = nn.Linear(speller_size, SPELL_SYMBOLS)
+
+    def forward(self, h: torch.Tensor, spellings: torch.Tensor) -> torch.Tensor:
+        """log p_spell(next symbol | h, the bytes before) at each prefix of `spellings` (N, K) (bytes, then
+        SPELL_END, padded with any symbol), for N contexts h (N, D): (N, K, SPELL_SYMBOLS), row k after k bytes."""
+        h0, c0 = torch.tanh(self.init_state(h)).chunk(2, -1)
+        start = spellings.new_full((spellings.shape[0], 1), SPELL_END)
+        x = self.embed_bytes(torch.cat([start, spellings[:, :-1].clamp(0, SPELL_END)], 1))
+        out, _ = self.lstm(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
+        logits = self.out(out)
+        logits[:, 0, SPELL_END] = -torch.inf  # no empty word
+        return torch.log_softmax(_upcast(logits), -1)
+
+
+def spelled_mixture(log_copy, window_spellings, prefix, log_new, log_spell_prefix, log_spell_next):
+    """The unseen word's next symbol at one position (the block's comment above): at a word boundary (empty prefix)
+    the joint mass of each first byte, log(sum_j c_j [w_j starts with s] + N p_spell(s)), which sums to the whole
+    unseen-word mass; inside a word the conditional log p(s | prefix), which sums to 1.
+
+    log_copy (..., L): log c_j, -inf on slots without a spelled word; window_spellings (..., L, K): each slot's word,
+    bytes then SPELL_END, padded with -1; prefix (..., K): the bytes so far, padded with -1 (an empty prefix: all -1);
+    log_new (...): log N; log_spell_prefix (...): log p_spell(prefix); log_spell_next (..., SPELL_SYMBOLS):
+    log p_spell(s | prefix). Returns (..., SPELL_SYMBOLS)."""
+    k = (prefix >= 0).sum(-1, keepdim=True)  # (..., 1)
+    K = window_spellings.shape[-1]
+    before = torch.arange(K, device=prefix.device) < k  # (..., K): the prefix's places
+    same = (window_spellings == prefix.unsqueeze(-2)) | ~before.unsqueeze(-2)
+    starts = same.all(-1) & (log_copy > -torch.inf)  # (..., L): w_j starts with the prefix
+    following = window_spellings.gather(-1, k.unsqueeze(-1).expand(*window_spellings.shape[:-1], 1).clamp(max=K - 1))
+    following = following.squeeze(-1).clamp(min=0)  # (..., L): w_j's symbol after the prefix
+    symbols = torch.arange(SPELL_SYMBOLS, device=prefix.device).unsqueeze(-1)
+    to_symbol = starts.unsqueeze(-2) & (following.unsqueeze(-2) == symbols)  # (..., SPELL_SYMBOLS, L)
+    copied = _logsumexp_where(log_copy.unsqueeze(-2).expand_as(to_symbol), to_symbol)
+    joint = torch.logaddexp(copied, (log_new + log_spell_prefix).unsqueeze(-1) + log_spell_next)
+    total = joint.logsumexp(-1, keepdim=True)
+    # an impossible prefix (no candidate left, the speller's share underflowed) reads the speller alone
+    conditional = torch.where(total > -torch.inf, joint - total, log_spell_next)
+    return torch.where(k > 0, conditional, joint)
+
+
 # ---- Outputs --------------------------------------------------------------------------------------------------------
 
 
@@ -1178,6 +1241,6 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
 
 
 __all__ = ["AdaptiveSoftmax", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM", "PointerSentinelModel",
-           "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "decode_step", "embedding_dropout",
-           "locked_dropout", "pack_weights", "pointer_mixture", "pointer_target_log_prob", "weight_drop",
-           "zoneout"]  # fmt: skip
+           "PointerSentinelModelOutput", "PointerSentinelPreTrainedModel", "SPELL_END", "Speller", "decode_step",
+           "embedding_dropout", "locked_dropout", "pack_weights", "pointer_mixture", "pointer_target_log_prob",
+           "spelled_mixture", "weight_drop", "zoneout"]  # fmt: skip

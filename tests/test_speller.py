@@ -1,0 +1,103 @@
+"""The speller and the byte-level mixture (`Speller`, `spelled_mixture`): an unseen word spelled in UTF-8 bytes, copied
+through its bytes from the window's spelled words, or written anew by the speller."""
+
+import math
+
+import torch
+from reference import spelled_next
+
+from modeling_pointer_sentinel.modeling_pointer_sentinel import SPELL_END, Speller, spelled_mixture
+
+K = 8
+
+
+def pad(word, length=K):
+    return list(word) + [SPELL_END] + [-1] * (length - len(word) - 1)
+
+
+def speller_table(speller, h):
+    """spell_next(prefix) for one context h, from the module: the 257 probabilities after `prefix`."""
+
+    def spell_next(prefix):
+        spelling = torch.tensor([list(prefix) + [0]])
+        return speller(h[None], spelling)[0, len(prefix)].exp().tolist()
+
+    return spell_next
+
+
+def mix(speller, h, words, log_copy, log_new, *prefixes):
+    """spelled_mixture after each of `prefixes` (one row each; one prefix gives one row), its speller inputs taken
+    from the module."""
+    spelling = torch.tensor([list(p) + [0] * (K - len(p)) for p in prefixes])
+    log_spell = speller(h[None].expand(len(prefixes), -1), spelling)
+    k = torch.tensor([len(p) for p in prefixes])
+    log_prefix = log_spell.gather(-1, spelling[..., None])[..., 0].masked_fill(torch.arange(K) >= k[:, None], 0).sum(-1)
+    window = torch.tensor([pad(w) if w is not None else [-1] * K for w in words]).expand(len(prefixes), -1, -1)
+    prefix = spelling.masked_fill(torch.arange(K) >= k[:, None], -1)
+    out = spelled_mixture(log_copy.expand(len(prefixes), -1), window, prefix, log_new.expand(len(prefixes)),
+                          log_prefix, log_spell[torch.arange(len(prefixes)), k])  # fmt: skip
+    return out[0] if len(prefixes) == 1 else out
+
+
+def setup(seed=0):
+    torch.manual_seed(seed)
+    speller = Speller(6, 5).double()
+    h = torch.randn(6, dtype=torch.float64)
+    words = [b"ab", None, b"abc", b"b", b"ab", b"zq"]
+    copy = torch.tensor([0.1, 0.0, 0.05, 0.2, 0.15, 0.03], dtype=torch.float64)
+    log_copy = torch.where(torch.tensor([w is not None for w in words]), copy.log(), -torch.inf)
+    return speller, h, words, copy, log_copy, torch.tensor(0.3, dtype=torch.float64).log()
+
+
+def test_spelled_mixture_is_the_definition_candidate_by_candidate():
+    """Against the slow loop: every prefix of the window's words and of words it lacks, the empty one included."""
+    speller, h, words, copy, log_copy, log_new = setup()
+    with torch.no_grad():
+        spell_next = speller_table(speller, h)
+        for prefix in [b"", b"a", b"ab", b"abc", b"b", b"z", b"x", b"xy"]:
+            got = mix(speller, h, words, log_copy, log_new, list(prefix)).exp()
+            want = spelled_next([list(w) if w else None for w in words], copy.tolist(), 0.3, spell_next, list(prefix))
+            torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-9, atol=1e-12)
+
+
+def test_a_words_bytes_telescope_to_its_copy_mass_plus_the_spellers_new_word():
+    """The joint at the boundary times each next byte's conditional and the end's: sum_{j: w_j = w} c_j + N p_spell(w),
+    for words the window holds (twice, once, as a prefix of another) and one it lacks; the conditionals sum to 1 and
+    the boundary's joint to the whole unseen-word mass."""
+    speller, h, words, copy, log_copy, log_new = setup(1)
+    with torch.no_grad():
+        spell_next = speller_table(speller, h)
+        for word in [b"ab", b"abc", b"b", b"xyz"]:
+            log_p = 0.0
+            for k in range(len(word) + 1):
+                out = mix(speller, h, words, log_copy, log_new, list(word[:k]))
+                if k == 0:
+                    assert math.isclose(out.logsumexp(-1).exp().item(), copy.sum().item() + 0.3, rel_tol=1e-9)
+                else:
+                    assert math.isclose(out.logsumexp(-1).item(), 0.0, abs_tol=1e-9)
+                log_p += out[word[k] if k < len(word) else SPELL_END].item()
+            p_spell = math.prod(spell_next(list(word[:i]))[b] for i, b in enumerate([*word, SPELL_END]))
+            held = sum(c for w, c in zip(words, copy.tolist(), strict=True) if w == word)
+            assert math.isclose(math.exp(log_p), held + 0.3 * p_spell, rel_tol=1e-9), word
+
+
+def test_every_spelling_up_to_two_bytes_sums_to_at_most_the_unseen_mass():
+    """Enumerated over all 256 + 256^2 byte strings, their probabilities add up to no more than the unseen-word mass,
+    and the window's one- and two-byte words are all in it (nothing is counted twice)."""
+    speller, h, words, copy, log_copy, log_new = setup(2)
+    with torch.no_grad():
+        first = mix(speller, h, words, log_copy, log_new, []).exp()
+        after = mix(speller, h, words, log_copy, log_new, *[[b] for b in range(256)]).exp()  # (256, 257)
+        second = mix(speller, h, words, log_copy, log_new, *[[b, c] for b in range(256) for c in range(256)])
+        ends = second[:, SPELL_END].exp().view(256, 256)
+        total = (first[:256] * (after[:, SPELL_END] + (after[:, :256] * ends).sum(-1))).sum().item()
+    unseen = copy.sum().item() + 0.3
+    short = sum(c for w, c in zip(words, copy.tolist(), strict=True) if w is not None and len(w) <= 2)
+    assert short < total <= unseen * (1 + 1e-9)
+
+
+def test_the_speller_never_ends_an_empty_word_and_is_normalised():
+    speller, h, *_ = setup()
+    log_p = speller(h[None].expand(3, 6), torch.randint(0, 257, (3, 5)))
+    assert (log_p[:, 0, SPELL_END] == -torch.inf).all()
+    torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(3, 5, dtype=torch.float64))
