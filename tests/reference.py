@@ -185,8 +185,8 @@ def reference(model, ids):
 def spelled_next(words, copy, new, spell_next, prefix):
     """The unseen word's next symbol by the definition, one candidate at a time: words are the window slots' spellings
     (lists of bytes, None for a slot without one), copy their masses, new the speller's mass N, spell_next(prefix)
-    the speller's distribution over the 257 symbols (256 = the end) after `prefix`. Returns the 257 joint masses at a
-    word boundary (empty prefix), else the conditional probabilities."""
+    the speller's distribution over the symbols (bytes, then 256 = the end, ...) after `prefix`. Returns the joint
+    masses at a word boundary (empty prefix), else the conditional probabilities."""
     end = 256
 
     def p_spell(bytes_):
@@ -195,8 +195,9 @@ def spelled_next(words, copy, new, spell_next, prefix):
             p *= spell_next(bytes_[:i])[b]
         return p
 
-    k, out = len(prefix), [0.0] * 257
-    for s in range(257):
+    k, n = len(prefix), len(spell_next(prefix))
+    out = [0.0] * n
+    for s in range(n):
         for w, c in zip(words, copy, strict=True):
             if w is not None and list(w[:k]) == list(prefix) and (len(w) > k and w[k] == s or len(w) == k and s == end):
                 out[s] += c

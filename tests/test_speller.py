@@ -16,7 +16,7 @@ def pad(word, length=K):
 
 
 def speller_table(speller, h):
-    """spell_next(prefix) for one context h, from the module: the 257 probabilities after `prefix`."""
+    """spell_next(prefix) for one context h, from the module: the probabilities of each symbol after `prefix`."""
 
     def spell_next(prefix):
         spelling = torch.tensor([list(prefix) + [0]])
@@ -96,8 +96,8 @@ def test_every_spelling_up_to_two_bytes_sums_to_at_most_the_unseen_mass():
     assert short < total <= unseen * (1 + 1e-9)
 
 
-def test_the_speller_never_ends_an_empty_word_and_is_normalised():
+def test_the_speller_starts_every_word_with_a_byte_and_is_normalised():
     speller, h, *_ = setup()
-    log_p = speller(h[None].expand(3, 6), torch.randint(0, 257, (3, 5)))
-    assert (log_p[:, 0, SPELL_END] == -torch.inf).all()
+    log_p = speller(h[None].expand(3, 6), torch.randint(0, 258, (3, 5)))
+    assert (log_p[:, 0, SPELL_END:] == -torch.inf).all()  # neither `</w>` nor `<+w>` before a byte
     torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(3, 5, dtype=torch.float64))

@@ -35,8 +35,9 @@ state before it), the pointer copies it (2.4), and <unk>'s vocabulary share is s
 (`split_unknown`).
 """
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import NamedTuple
 
@@ -544,10 +545,10 @@ def pointer_target_log_prob(
 #     p(s | prefix) = [sum_{j: w_j continues prefix with s} c_j + N p_spell(prefix) p_spell(s | prefix)]
 #                     / [sum_{j: w_j starts with prefix} c_j + N p_spell(prefix)],
 # so the product over a word's bytes and its end telescopes to sum_{j: w_j = w} c_j + N p_spell(w): the word's
-# probability, as a copy or as a new word. Symbols 0 ... 255 are bytes, SPELL_END ends a word.
+# probability, as a copy or as a new word. Symbols 0 ... 255 are bytes, SPELL_END ends a word, SPELL_CONT goes on.
 
-SPELL_END = 256
-SPELL_SYMBOLS = 257
+SPELL_END, SPELL_CONT, SPELL_SYMBOLS = 256, 257, 258  # after the 256 bytes: `</w>`, `<+w>` (a word over 64 bytes)
+COPIED_SYMBOLS = 66  # a window word of at most 65 symbols and its end is copied through its bytes; longer: spelled
 
 
 class Speller(nn.Module):
@@ -557,7 +558,7 @@ class Speller(nn.Module):
     def __init__(self, hidden_size: int, speller_size: int):
         super().__init__()
         self.init_state = nn.Linear(hidden_size, 2 * speller_size)  # (h_0, c_0) of the byte LSTM from h_t
-        self.embed_bytes = nn.Embedding(SPELL_SYMBOLS, speller_size)  # 256 bytes, and SPELL_END as the start symbol
+        self.embed_bytes = nn.Embedding(SPELL_SYMBOLS, speller_size)  # bytes, `<+w>`, and SPELL_END as the start
         self.lstm = nn.LSTM(speller_size, speller_size, batch_first=True)
         self.out = nn.Linear(speller_size, SPELL_SYMBOLS)
 
@@ -569,7 +570,7 @@ class Speller(nn.Module):
         x = self.embed_bytes(torch.cat([start, spellings[:, :-1].clamp(0, SPELL_END)], 1))
         out, _ = self.lstm(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
         logits = self.out(out)
-        logits[:, 0, SPELL_END] = -torch.inf  # no empty word
+        logits[:, 0, SPELL_END:] = -torch.inf  # a word starts with a byte
         return torch.log_softmax(_upcast(logits), -1)
 
 
@@ -597,6 +598,96 @@ def spelled_mixture(log_copy, window_spellings, prefix, log_new, log_spell_prefi
     # an impossible prefix (no candidate left, the speller's share underflowed) reads the speller alone
     conditional = torch.where(total > -torch.inf, joint - total, log_spell_next)
     return torch.where(k > 0, conditional, joint)
+
+
+class SpellAnchor(NamedTuple):
+    """What a word step leaves for the bytes of the word after it, per row: h_t, the window's spellings (L, K) and
+    their log copy masses (L,), and log N, the speller's share."""
+
+    h: torch.Tensor
+    window_spellings: torch.Tensor
+    log_copy: torch.Tensor
+    log_new: torch.Tensor
+
+
+@dataclass
+class SpelledRow:
+    """One row's spelled words so far: each distinct word's slot (reused once its word is the least recent, which
+    `oov_slots` > L keeps outside the window), the spellings of the last L word steps, and the word in progress."""
+
+    slots: dict = field(default_factory=dict)  # spelling (symbols, then SPELL_END) -> slot
+    last_seen: dict = field(default_factory=dict)  # slot -> clock
+    window: list = field(default_factory=list)  # the last L real word steps' spellings (None: a vocabulary word)
+    word: list = field(default_factory=list)  # the symbols of the word being spelled
+    clock: int = 0
+
+    def slot(self, spelling: tuple, n: int) -> int:
+        k = self.slots.get(spelling)
+        if k is None:
+            if len(self.slots) < n:
+                k = len(self.slots)
+            else:
+                k = min(self.last_seen, key=self.last_seen.get)
+                del self.slots[next(w for w, j in self.slots.items() if j == k)]
+            self.slots[spelling] = k
+        self.last_seen[k], self.clock = self.clock, self.clock + 1
+        return k
+
+
+class SpelledRows(NamedTuple):
+    rows: list
+
+    def select(self, index: list[int]) -> "SpelledRows":
+        return SpelledRows([copy.deepcopy(self.rows[i]) for i in index])
+
+
+def read_spelled(ids: list[list[int]], valid: list[list[bool]], state: SpelledRows, V: int, n: int, L: int):
+    """Each row's word steps (a vocabulary word, or a spelled word's `</w>`, read as its slot V + k) and, per position,
+    the word step before it or at it (-1: the cache's anchor) and the symbols of the word in progress. Malformed ids
+    (bytes not closed before a word, `</w>` or `<+w>` after no byte) raise ValueError."""
+    steps, step_valid, spellings, anchors, prefixes = [], [], [], [], []
+    for row, ok, st in zip(ids, valid, state.rows, strict=True):
+        w_ids, w_ok, w_spell, anc, pre = [], [], [], [], []
+        for x, real in zip(row, ok, strict=True):
+            s = x - V
+            if 0 <= s < SPELL_SYMBOLS and real:
+                if s != SPELL_END:
+                    if s == SPELL_CONT and (not st.word or st.word[-1] == SPELL_CONT):
+                        raise ValueError("`<+w>` must follow a spelled byte.")
+                    st.word.append(s)
+                    anc.append(len(w_ids) - 1)
+                    pre.append(tuple(st.word))
+                    continue
+                if not st.word or st.word[-1] == SPELL_CONT:
+                    raise ValueError("`</w>` must close a spelled word: it follows no byte here.")
+                spelling, st.word = (*st.word, SPELL_END), []
+                x = V + st.slot(spelling, n)
+            elif st.word and real:
+                raise ValueError("A spelled word must end with `</w>` before the next word.")
+            else:
+                spelling, x = None, x if real else 0  # padding is a word step that counts for nothing
+            w_ids.append(x)
+            w_ok.append(real)
+            w_spell.append(spelling if spelling is None or len(spelling) <= COPIED_SYMBOLS else ())
+            if real:
+                st.window = [*st.window, w_spell[-1]][-L:]
+            anc.append(len(w_ids) - 1)
+            pre.append(())
+        steps.append(w_ids)
+        step_valid.append(w_ok)
+        spellings.append(w_spell)
+        anchors.append(anc)
+        prefixes.append(pre)
+    return steps, step_valid, spellings, anchors, prefixes
+
+
+def spelling_tensor(spellings: list, K: int, device) -> torch.Tensor:
+    """Spellings as (n, K) symbols padded with -1; None (a vocabulary word) and () (too long to copy) all -1."""
+    out = torch.full((len(spellings), K), -1, dtype=torch.long)
+    for i, w in enumerate(spellings):
+        if w:
+            out[i, : len(w)] = torch.tensor(w)
+    return out.to(device)
 
 
 # ---- Outputs --------------------------------------------------------------------------------------------------------
@@ -865,6 +956,11 @@ def _reject_unsupported(kwargs: dict):
         raise TypeError(f"forward() got unexpected keyword arguments {sorted(unknown)}.")
 
 
+def mixture_size(config) -> int:
+    """The width of `logits`: the vocabulary, then the placeholders or (with the speller) the spelling symbols."""
+    return config.vocab_size + (SPELL_SYMBOLS if config.speller_size else config.oov_slots)
+
+
 def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
     """The causal-LM forward's checks of its targets and settings (the base model checks input_ids)."""
     L = config.pointer_window
@@ -879,7 +975,7 @@ def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
             raise ValueError(
                 f"labels shape {tuple(labels.shape)} differs from input_ids shape {tuple(input_ids.shape)}."
             )
-        _check_ids("labels", labels, config.vocab_size + config.oov_slots, allow_ignore=True)
+        _check_ids("labels", labels, mixture_size(config), allow_ignore=True)
     if shift_labels is not None:
         if (
             shift_labels.dim() != 2
@@ -890,7 +986,7 @@ def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
                 f"shift_labels shape {tuple(shift_labels.shape)} does not fit input_ids shape "
                 f"{tuple(input_ids.shape)}: give (batch, T') targets for the last T' <= T positions."
             )
-        _check_ids("shift_labels", shift_labels, config.vocab_size + config.oov_slots, allow_ignore=True)
+        _check_ids("shift_labels", shift_labels, mixture_size(config), allow_ignore=True)
 
 
 class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinelGenerationMixin):
@@ -904,6 +1000,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         else:
             self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # (2.1) U, b
         self.pointer = PointerSentinelHead(config) if config.use_pointer else None
+        self.speller = Speller(config.output_size, config.speller_size) if config.speller_size else None
         self.post_init()
 
     def get_output_embeddings(self):
@@ -1095,6 +1192,13 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         cache = past_key_values if past_key_values is not None else PointerSentinelCache()
+        if self.speller is not None:
+            if pointer_stash is not None or logits_to_keep != 0 or split_state_at is not None or output_hidden_states:
+                raise ValueError("With the speller, forward computes every position's logits (logits_to_keep=0) and "
+                                 "takes no pointer_stash, split_state_at or output_hidden_states.")  # fmt: skip
+            out = self._spelled_forward(input_ids, attention_mask, cache, shift_labels, num_items_in_batch)
+            out.past_key_values = cache if (use_cache or past_key_values is not None) else None
+            return out if return_dict else out.to_tuple()
         base = self.model(input_ids, attention_mask, cache, True, output_hidden_states, return_dict=True,
                           split_state_at=split_state_at)  # fmt: skip
         h = base.last_hidden_state  # (B, T, D)
@@ -1123,6 +1227,101 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             vocab_target_log_probs=None if loss is None else loss.vocab_target_log_probs,
         )
         return out if return_dict else out.to_tuple()
+
+    # --- the ids carry the text: spelled words (`config.speller_size`) -------------------------------------------
+    def _spelled_forward(self, input_ids, attention_mask, cache, shift_labels, num_items_in_batch):
+        """Forward over ids in which each word outside the vocabulary is spelled. The word LSTM and the pointer run on
+        the word steps alone (a spelled word is one step, at its `</w>`, read as its slot: `read_spelled`); each
+        position's logits are then the word step's mixture over the vocabulary and the first bytes of spelled words,
+        or, inside a word, `spelled_mixture`'s next symbol after the bytes so far. Normalised at every position, and
+        cross-entropy of `logits` is the loss."""
+        cfg, K = self.config, COPIED_SYMBOLS
+        V, n, L = cfg.vocab_size, cfg.oov_slots, cfg.pointer_window
+        if input_ids is None or input_ids.dim() != 2 or 0 in input_ids.shape:
+            raise ValueError("input_ids must be a non-empty (batch, sequence) tensor of token ids.")
+        _check_ids("input_ids", input_ids, V + SPELL_SYMBOLS)
+        B, T = input_ids.shape
+        mask = _call_mask(attention_mask, T)
+        if cache.spelled_rows is None:
+            cache.spelled_rows = SpelledRows([SpelledRow() for _ in range(B)])
+        window_before = [[None] * (L - len(r.window)) + r.window for r in cache.spelled_rows.rows]
+        valid = [[True] * T] * B if mask is None else mask.tolist()
+        steps, step_valid, spellings, anchors, prefixes = read_spelled(input_ids.tolist(), valid, cache.spelled_rows,
+                                                                       V, n, L)  # fmt: skip
+        device, Tw = input_ids.device, max(map(len, steps))
+        h = self.model.embed_tokens.weight.new_zeros(B, 0, cfg.output_size)
+        if Tw:  # the word steps, right-padded: padding keeps the state and never enters the window
+            pad = cfg.pad_token_id if cfg.pad_token_id is not None else 0
+            word_ids = torch.tensor([r + [pad] * (Tw - len(r)) for r in steps], device=device)
+            word_mask = torch.tensor([r + [False] * (Tw - len(r)) for r in step_valid], device=device)
+            word_mask = None if bool(word_mask.all()) else word_mask
+            h = self.model(word_ids, word_mask, cache, True, return_dict=True).last_hidden_state
+            pointer = self._pointer(cache, h, word_ids, word_mask) if self.pointer is not None else None
+            places = self._placeholders(cache, word_ids, word_mask, pointer)
+            log_p = self._report(h, pointer, places, None, 0, None)[0].log_softmax(-1)  # (B, Tw, V + n)
+            memory = torch.stack([spelling_tensor(w + s + [None] * (Tw - len(s)), K, device)
+                                  for w, s in zip(window_before, spellings, strict=True)])  # fmt: skip
+            window_spellings = sliding_window(memory, L).transpose(-1, -2)  # (B, Tw, L, K)
+            if pointer is not None:  # the slot mass of a window word that can be copied, shared by its occurrences
+                copyable = (
+                    in_window(pointer.log_attention) & (pointer.window_ids >= V) & (window_spellings[..., 0] >= 0)
+                )
+                slot = (pointer.window_ids - V).clamp(0, n - 1)
+                in_slots = torch.zeros_like(log_p[..., V:], dtype=torch.long).scatter_add_(-1, slot, copyable.long())
+                copies = in_slots.gather(-1, slot).clamp(min=1).to(log_p.dtype)
+                log_copy = torch.where(copyable, log_p[..., V:].gather(-1, slot) - copies.log(), -torch.inf)
+                log_new = _logsumexp_where(log_p[..., V:], in_slots == 0)
+            else:
+                log_copy, log_new = log_p.new_full((B, Tw, L), -torch.inf), log_p[..., V:].logsumexp(-1)
+        # the word step before each position, or at it; step 0 of these is the cache's (else an empty start)
+        start = cache.spell_anchor or SpellAnchor(h.new_zeros(B, cfg.output_size), input_ids.new_full((B, L, K), -1),
+                                                  h.new_full((B, L), -torch.inf), h.new_zeros(B))  # fmt: skip
+        steps_h = torch.cat([start.h.unsqueeze(1).to(h.dtype), h], 1)
+        if Tw:
+            anchor_parts = [(steps_h, None), (window_spellings, start.window_spellings), (log_copy, start.log_copy),
+                            (log_new, start.log_new)]  # fmt: skip
+            steps_all = [steps_h] + [torch.cat([b.unsqueeze(1).to(a.dtype), a], 1) for a, b in anchor_parts[1:]]
+        else:
+            steps_all = [steps_h] + [b.unsqueeze(1) for b in start[1:]]
+        at = torch.tensor(anchors, device=device) + 1  # (B, T)
+        gathered = [t[torch.arange(B, device=device)[:, None], at] for t in steps_all]
+        a_h, a_window, a_copy, a_new = gathered
+        k_max = max((len(p) for row in prefixes for p in row), default=0)
+        prefix = [[list(p) + [-1] * (k_max - len(p)) for p in row] for row in prefixes]
+        prefix = torch.tensor(prefix, dtype=torch.long, device=device)
+        prefix = prefix.view(B, T, k_max)
+        spell_in = F.pad(prefix.clamp(min=0), (0, 1)).view(B * T, k_max + 1)
+        log_spell = self.speller(a_h.reshape(B * T, -1), spell_in).view(B, T, k_max + 1, SPELL_SYMBOLS)
+        k = (prefix >= 0).sum(-1)
+        log_next = log_spell.gather(2, k[..., None, None].expand(B, T, 1, SPELL_SYMBOLS)).squeeze(2)
+        chosen = log_spell[:, :, :k_max].gather(-1, prefix.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        log_prefix = chosen.masked_fill(prefix < 0, 0).sum(-1)
+        # a prefix longer than any copyable word is cut to K places: no window word matches it either way
+        prefix_k = F.pad(prefix, (0, K - k_max), value=-1)
+        symbols = spelled_mixture(a_copy, a_window, prefix_k, a_new, log_prefix, log_next)
+        if Tw:
+            words = log_p[..., :V].gather(1, (at - 1).clamp(min=0).unsqueeze(-1).expand(B, T, V))
+            words = words.masked_fill((k > 0).unsqueeze(-1) | (at == 0).unsqueeze(-1), -torch.inf)
+        else:
+            words = symbols.new_full((B, T, V), -torch.inf)
+        logits = torch.cat([words.to(symbols.dtype), symbols], -1)
+        # the last word step of each row is the anchor for the bytes of the next call
+        last = [max((i for i, ok in enumerate(r) if ok), default=-1) + 1 for r in step_valid]
+        last = torch.tensor(last, device=device)
+        cache.spell_anchor = SpellAnchor(*(t[torch.arange(B, device=device), last].detach() for t in steps_all))
+        cache.seen_tokens += T - Tw
+        loss = target_log_probs = None
+        if shift_labels is not None:
+            Tl = shift_labels.shape[1]
+            counted = shift_labels != -100
+            if mask is not None:
+                counted = counted & mask[:, T - Tl :]
+            picked = logits[:, T - Tl :].gather(-1, shift_labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+            target_log_probs = torch.where(counted, picked, 0)
+            items = num_items_in_batch if num_items_in_batch is not None else counted.sum().clamp(min=1)
+            loss = -target_log_probs.sum() / items
+        return PointerSentinelCausalLMOutput(loss=loss, logits=logits, target_log_probs=target_log_probs,
+                                             last_hidden_state=a_h)  # fmt: skip
 
     # --- generate's step after the prompt: forward at T = 1 (`decode_step`, below) -------------------------------
     def _packed_weights(self) -> "PackedWeights":

@@ -53,6 +53,10 @@ class PointerSentinelCache:
         self.window_context: torch.Tensor | None = None  # (B, L, D) each window key's c_i, with `config.oov_pointer`
         self.oov_used: torch.Tensor | None = None  # (B,) slots each row has used, k, with `config.oov_slots`
         self.unk_count: torch.Tensor | None = None  # (B,) its literal <unk>, n_unk (`new_word`)
+        # With `config.speller_size`: each row's spelled words (`SpelledRows`), and what the last word step left for
+        # the bytes after it (`SpellAnchor`)
+        self.spelled_rows = None
+        self.spell_anchor = None
         self.seen_tokens = 0
 
     @property
@@ -74,6 +78,10 @@ class PointerSentinelCache:
             self.window_context = fn(self.window_context)
         if self.oov_used is not None:
             self.oov_used, self.unk_count = fn(self.oov_used), fn(self.unk_count)
+        if self.spell_anchor is not None:
+            self.spell_anchor = type(self.spell_anchor)(*(fn(t) for t in self.spell_anchor))
+        if self.spelled_rows is not None:  # rows of Python state: the same selection, read off the row numbers
+            self.spelled_rows = self.spelled_rows.select(fn(torch.arange(len(self.spelled_rows.rows))).tolist())
         return self
 
     def reorder_cache(self, beam_idx: torch.LongTensor):

@@ -85,6 +85,12 @@ class PointerSentinelConfig(PreTrainedConfig):
         it. Needs `oov_slots` and the pointer.
     unk_token_id (`int`): the vocabulary's `<unk>`, whose softmax mass stands for every word outside the vocabulary
         (needed with `oov_slots`).
+    speller_size (`int`): > 0: the ids carry the text. A word outside the vocabulary is written at every occurrence
+        as its UTF-8 bytes, ids vocab_size ... vocab_size + 255, closed by `</w>` (vocab_size + 256; a word over 64
+        bytes goes on after `<+w>`, vocab_size + 257), and a byte LSTM of this size, started from h_t, spells it
+        (`Speller`). The `oov_slots` become the model's own numbering of a text's spelled words (the tokenizer
+        writes none), so the mixture has vocab_size + 258 outputs. Needs `oov_slots` > `pointer_window`. 0 (the
+        default): placeholders, as above.
     """
 
     model_type = "pointer_sentinel_lstm"
@@ -115,6 +121,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     oov_slots: int = 0
     oov_pointer: bool = False
     unk_token_id: int | None = None
+    speller_size: int = 0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -164,6 +171,11 @@ class PointerSentinelConfig(PreTrainedConfig):
         if self.oov_pointer and not (self.oov_slots and self.use_pointer):
             raise ValueError(
                 "oov_pointer needs oov_slots > 0 and use_pointer: it is the pointer's head for placeholders."
+            )
+        if self.speller_size < 0 or self.speller_size and self.oov_slots <= self.pointer_window:
+            raise ValueError(
+                f"speller_size must be >= 0, and > 0 needs oov_slots > pointer_window (a slot is reused only once its"
+                f" word has left the window), got speller_size={self.speller_size}, oov_slots={self.oov_slots}."
             )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"):
             value = getattr(self, name)

@@ -1,0 +1,141 @@
+"""The model on ids that carry the text (`config.speller_size`): every unseen word spelled in bytes at every
+occurrence, its word step at `</w>`. `logits` are normalised at every position, byte positions included, cross-entropy
+of `logits` is the loss, chunks with the cache equal the whole, and the past never reads the future."""
+
+import pytest
+import torch
+from conftest import tiny_model
+
+from modeling_pointer_sentinel import PointerSentinelCache
+
+V, UNK, N, L = 23, 3, 8, 5
+END, CONT = V + 256, V + 257
+
+
+def spell(word: str) -> list[int]:
+    """A word's ids as the spelling tokenizer writes them: its UTF-8 bytes, `<+w>` after every 64, then `</w>`."""
+    data = word.encode()
+    ids = []
+    for i in range(0, len(data), 64):
+        ids += [V + b for b in data[i : i + 64]] + [CONT]
+    return ids[:-1] + [END]
+
+
+def text(*parts) -> torch.Tensor:
+    """A row of ids from words (ints) and spelled words (strings)."""
+    return torch.tensor([sum(([p] if isinstance(p, int) else spell(p) for p in parts), [])])
+
+
+# repeats inside and beyond the window, a literal <unk>, an accented and a long (two-piece) word
+ROW = text(5, "Zor", 7, "Zor", 1, "Émile", UNK, 2, "Zor", 9, 4, 6, 8, 10, 11, "Émile", "x" * 70, 12, "Zor", 3)
+
+
+def model(**overrides):
+    kw = dict(oov_slots=N, unk_token_id=UNK, pointer_window=L, speller_size=6)
+    return tiny_model(**{**kw, **overrides}).double().eval()
+
+
+VARIANTS = [
+    {},
+    {"use_pointer": False},
+    {"oov_pointer": True},
+    {"adaptive_softmax_cutoffs": [8, 15], "adaptive_softmax_div_value": 2.0},
+]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_logits_are_normalised_and_score_every_target_as_the_loss(variant):
+    m = model(**variant)
+    with torch.no_grad():
+        out = m(ROW, labels=ROW)
+    assert out.logits.shape == (1, ROW.shape[1], V + 258)
+    torch.testing.assert_close(out.logits.logsumexp(-1), torch.zeros(1, ROW.shape[1], dtype=torch.float64),
+                               atol=1e-9, rtol=0)  # fmt: skip
+    from_logits = out.logits[:, :-1].gather(-1, ROW[:, 1:, None])[..., 0]
+    assert torch.isfinite(from_logits).all()
+    torch.testing.assert_close(from_logits, out.target_log_probs[:, :-1], atol=1e-9, rtol=0)
+    torch.testing.assert_close(out.loss, -from_logits.mean())
+
+
+@pytest.mark.parametrize("variant", VARIANTS[:3])
+def test_chunks_with_the_cache_equal_the_whole_at_every_split(variant):
+    """Splits inside a spelled word and at its `</w>` included: the cache carries the word in progress and the
+    word step before it."""
+    m = model(**variant)
+    with torch.no_grad():
+        whole = m(ROW).logits
+        for at in range(1, ROW.shape[1]):
+            cache = PointerSentinelCache()
+            parts = [m(ROW[:, :at], past_key_values=cache).logits, m(ROW[:, at:], past_key_values=cache).logits]
+            torch.testing.assert_close(torch.cat(parts, 1), whole, atol=1e-9, rtol=0, msg=f"split at {at}")
+
+
+def test_a_future_change_moves_no_past_logit():
+    m = model()
+    other = ROW.clone()
+    other[0, 20] = V + ord("q")  # a byte of "Émile"'s second occurrence... or of whatever stands there
+    with torch.no_grad():
+        a, b = m(ROW).logits, m(other).logits
+    torch.testing.assert_close(a[:, :20], b[:, :20], atol=0, rtol=0)
+    assert not torch.equal(a[:, 20:], b[:, 20:])
+
+
+def test_a_copied_spelling_costs_less_than_a_new_one_and_a_longer_new_name_more():
+    """Trained nowhere, the model still copies through the trie: a name the window holds is cheaper to repeat than
+    another name of the same length; a new name of 29 letters costs more than one of 7, and one of 7 more than 2."""
+    m = model(oov_pointer=True)
+    with torch.no_grad():
+        m.pointer.sentinel.fill_(-3.0)  # the pointer takes most of the mass
+
+        def cost(row):
+            out = m(row, labels=row)
+            return -out.target_log_probs.sum().item()
+
+        copied, fresh = cost(text(5, "Kelpra", 7, "Kelpra")), cost(text(5, "Kelpra", 7, "Dorvan"))
+        assert copied < fresh - 1
+        costs = [cost(text(5, 7, name, 9)) for name in ("Qa", "Qambrel", "Qambrelvoskithenardulpemsaro")]
+        assert costs[0] < costs[1] < costs[2], costs
+
+
+def test_malformed_spellings_are_one_clear_error():
+    m = model()
+    for row, message in [(torch.tensor([[5, V + 65, 7]]), "must end with `</w>`"),
+                         (torch.tensor([[5, END]]), "`</w>` must close"),
+                         (torch.tensor([[5, CONT, V + 65, END]]), "`<\\+w>` must follow"),
+                         (torch.tensor([[5, V + 258]]), r"input_ids must lie in \[0, 281\)")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            m(row)
+
+
+def test_a_new_words_symbols_multiply_to_the_new_word_mass_times_its_spelling():
+    """Independently of the byte-level code: the word-level mixture (the same weights, the speller set aside, the
+    word as its slot) gives the new-word mass N at the step before the word, the speller run by hand gives
+    p_spell(w | h_t); the word's symbols' target log probs add up to log N + log p_spell(w)."""
+    m = model(oov_pointer=True)
+    row = text(5, 7, "Kelpra", 9)
+    with torch.no_grad():
+        out = m(row, labels=row)
+        speller, m.speller = m.speller, None
+        try:
+            word_level = m(torch.tensor([[5, 7, V, 9]]))  # the spelled word as the row's first slot
+        finally:
+            m.speller = speller
+        log_new = word_level.logits[0, 1].log_softmax(-1)[V:].logsumexp(-1)  # no slot in the window: all of it new
+        symbols = torch.tensor([list(b"Kelpra") + [256]])
+        log_spell = speller(word_level.last_hidden_state[:, 1], symbols).gather(-1, symbols[..., None]).sum()
+    # positions 1 ... 7 predict K, e, l, p, r, a, </w>
+    torch.testing.assert_close(out.target_log_probs[0, 1:8].sum(), log_new + log_spell, atol=1e-9, rtol=0)
+
+
+def test_a_slot_is_reused_only_when_its_word_is_the_least_recent():
+    """More distinct spelled words than slots: the next new word takes the slot of the word seen longest ago, so the
+    last oov_slots words (more than the window holds) keep theirs."""
+    from modeling_pointer_sentinel.modeling_pointer_sentinel import SpelledRow
+
+    row = SpelledRow()
+    names = [(i,) for i in range(N)]
+    slots = [row.slot(w, N) for w in names]
+    assert slots == list(range(N))
+    row.slot(names[0], N)  # the first word seen again: now the second is the least recent
+    assert row.slot((99,), N) == 1 and row.slot((98,), N) == 2
+    assert row.slot(names[0], N) == 0 and len(row.slots) == N
