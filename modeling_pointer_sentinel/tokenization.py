@@ -16,6 +16,7 @@ Text already in the corpus's form reads unchanged: its vocabulary's words that t
 `mr.`) are kept whole, so the training data and its ids stay as they are.
 """
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from .tokenization_pointer_sentinel import PointerSentinelTokenizer
+from .tokenization_pointer_sentinel import PointerSentinelTokenizer, placeholder
 
 EOS, UNK = "<eos>", "<unk>"
 # The line ends `datasets`' text loader (and Python's universal newlines) cut a file at: a line of the data code is
@@ -207,3 +208,25 @@ def open_vocabulary(tokenizer: PreTrainedTokenizerFast, oov_slots: int = 256) ->
     rules = {k: tokenizer.init_kwargs[k] for k in ("text_rules",) if k in tokenizer.init_kwargs}
     return PointerSentinelTokenizer(tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, unk_token=UNK,
                                     padding_side="left", oov_slots=oov_slots, **rules)  # fmt: skip
+
+
+def spelling_vocabulary(tokenizer: PreTrainedTokenizerFast) -> PointerSentinelTokenizer:
+    """The word-level tokenizer as a `PointerSentinelTokenizer` in spell mode (`spell_unseen=True`): the same word ids
+    and text rules, then the byte tokens, `</w>` and `<+w>`, so each word the vocabulary lacks is written in its UTF-8
+    bytes (tokenization_pointer_sentinel). An open-vocabulary tokenizer's placeholders are left out. The word ids, and
+    so every id of text in corpus form, are unchanged; `tokenizer` itself is not changed (its backend is copied)."""
+    if isinstance(tokenizer, PointerSentinelTokenizer) and tokenizer.spell_unseen:
+        return tokenizer
+    tk = tokenizer.backend_tokenizer
+    if not isinstance(tk.model, models.WordLevel) or tk.token_to_id(EOS) != tokenizer.eos_token_id:
+        raise ValueError(f"Only a word-level tokenizer whose eos token is {EOS} can spell unseen words.")
+    state, words = json.loads(tk.to_str()), tk.get_vocab_size(with_added_tokens=False)
+    slots = {placeholder(k) for k in range(getattr(tokenizer, "oov_slots", 0))}
+    if any(t["id"] >= words and t["content"] not in slots for t in state["added_tokens"]):
+        raise ValueError("The tokenizer has tokens added after its words: spell mode's tokens take ids V … V+257.")
+    state["added_tokens"] = [t for t in state["added_tokens"] if t["id"] < words]
+    state["truncation"] = state["padding"] = None
+    rules = {k: tokenizer.init_kwargs[k] for k in ("text_rules",) if k in tokenizer.init_kwargs}
+    return PointerSentinelTokenizer(tokenizer_object=Tokenizer.from_str(json.dumps(state)), eos_token=EOS,
+                                    pad_token=EOS, bos_token=EOS, unk_token=UNK, padding_side="left",
+                                    spell_unseen=True, **rules)  # fmt: skip
