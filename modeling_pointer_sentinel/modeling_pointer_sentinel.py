@@ -1193,11 +1193,12 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         cache = past_key_values if past_key_values is not None else PointerSentinelCache()
         if self.speller is not None:
-            if pointer_stash is not None or logits_to_keep != 0 or split_state_at is not None or output_hidden_states:
-                raise ValueError("With the speller, forward computes every position's logits (logits_to_keep=0) and "
-                                 "takes no pointer_stash, split_state_at or output_hidden_states.")  # fmt: skip
+            if pointer_stash is not None or split_state_at is not None or output_hidden_states:
+                raise ValueError("With the speller, forward takes no pointer_stash, split_state_at or "
+                                 "output_hidden_states.")  # fmt: skip
             out = self._spelled_forward(input_ids, attention_mask, cache, shift_labels, num_items_in_batch)
-            out.past_key_values = cache if (use_cache or past_key_values is not None) else None
+            out.logits = slice_logits_to_keep(out.logits, logits_to_keep)  # every position is computed: bytes need
+            out.past_key_values = cache if (use_cache or past_key_values is not None) else None  # their word step
             return out if return_dict else out.to_tuple()
         base = self.model(input_ids, attention_mask, cache, True, output_hidden_states, return_dict=True,
                           split_state_at=split_state_at)  # fmt: skip

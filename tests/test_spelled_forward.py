@@ -139,3 +139,81 @@ def test_a_slot_is_reused_only_when_its_word_is_the_least_recent():
     row.slot(names[0], N)  # the first word seen again: now the second is the least recent
     assert row.slot((99,), N) == 1 and row.slot((98,), N) == 2
     assert row.slot(names[0], N) == 0 and len(row.slots) == N
+
+
+def eager_model():
+    """A model that writes new words: `<unk>`'s vocabulary mass (the unseen-word share) made large, the pointer keen."""
+    m = model(oov_pointer=True)
+    with torch.no_grad():
+        m.lm_head.bias[UNK] = 6.0
+        m.pointer.sentinel.fill_(-1.0)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["greedy", "sample", "beam"])
+def test_generate_writes_spelled_words_with_the_models_own_scores(kind):
+    """Greedy, sampling and beam search write bytes and `</w>` (never an unclosed word before a vocabulary word), and
+    each step's scores are forward's log p of the whole sequence at that position."""
+    m = eager_model()
+    prompt = text(5, "Zor", 7)
+    kw = {"greedy": {}, "sample": {"do_sample": True, "top_k": 0}, "beam": {"num_beams": 3}}[kind]
+    torch.manual_seed(0)
+    out = m.generate(prompt, max_new_tokens=40, min_new_tokens=40, return_dict_in_generate=True, output_scores=True,
+                     pad_token_id=0, **kw)  # fmt: skip
+    seq = out.sequences[:1]
+    new = seq[0, prompt.shape[1] :].tolist()
+    assert END in new and any(V <= t < V + 256 for t in new), new
+    m(seq)  # a well-formed sequence (raises on an unclosed word)
+    if kind != "beam":  # beam scores are cumulative; the sequence itself is checked above
+        with torch.no_grad():
+            whole = m(seq).logits[0, prompt.shape[1] - 1 : -1]
+        scores = torch.stack(out.scores)[:, 0, 1:]  # eos (id 0) is held back by min_new_tokens
+        torch.testing.assert_close(scores, whole[:, 1:].float(), atol=1e-5, rtol=0)
+
+
+def spelling_pair(tmp_path):
+    """A spelling tokenizer built on made-up text and an eager spell-mode model over its vocabulary, saved and loaded
+    as a user would."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, spelling_vocabulary
+
+    lines = ["the ship was sunk in the bay .", "the crew was saved by the ship .", "a ship of the line was built ."]
+    tok = spelling_vocabulary(build_word_level_tokenizer(lines * 3, text_rules="wikitext"))
+    V = tok.word_vocab_size
+    m = tiny_model(vocab_size=V, oov_slots=N, unk_token_id=tok.unk_token_id, pointer_window=L, speller_size=6,
+                   oov_pointer=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id).eval()  # fmt: skip
+    with torch.no_grad():
+        m.lm_head.bias[tok.unk_token_id] = 6.0
+        m.pointer.sentinel.fill_(-1.0)
+    tok.save_pretrained(tmp_path)
+    m.save_pretrained(tmp_path)
+    return AutoTokenizer.from_pretrained(tmp_path), AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+
+
+def test_template_prompts_encoded_first_each_decode_to_their_own_name_through_generate_and_pipeline(tmp_path):
+    """The batch-job pattern: three prompts that differ only in a made-up name, all encoded first, then generated and
+    decoded one by one (whole output, and the new tokens alone by a fresh tokenizer); and the pipeline. The ids carry
+    each name: no output holds another prompt's name, a placeholder or <unk>."""
+    from transformers import AutoTokenizer, pipeline
+
+    from modeling_pointer_sentinel.pipeline_pointer_sentinel import PointerSentinelTextGenerationPipeline
+
+    tok, m = spelling_pair(tmp_path)
+    names = ["Kestrelwind", "Ambrecote", "Zølvik"]
+    encoded = [tok(f"the {name} was sunk in the bay", return_tensors="pt") for name in names]
+    fresh = AutoTokenizer.from_pretrained(tmp_path)
+    for name, enc in zip(names, encoded, strict=True):
+        torch.manual_seed(0)
+        out = m.generate(**enc, max_new_tokens=30, do_sample=True, top_k=0, pad_token_id=tok.eos_token_id)
+        text = tok.decode(out[0])
+        assert text.startswith(f"the {name} was sunk in the bay"), text
+        new = fresh.decode(out[0][enc["input_ids"].shape[1] :])
+        assert not any(n in text for n in names if n != name) and "<oov-" not in text + new and "<unk>" not in new
+    generator = pipeline(
+        "text-generation", model=m, tokenizer=tok, pipeline_class=PointerSentinelTextGenerationPipeline
+    )
+    for name in names:
+        torch.manual_seed(1)
+        result = generator(f"the {name} was", max_new_tokens=20, do_sample=True, top_k=0)[0]["generated_text"]
+        assert result.startswith(f"the {name} was") and len(result) > len(f"the {name} was"), result

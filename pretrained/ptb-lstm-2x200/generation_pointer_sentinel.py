@@ -307,6 +307,10 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 f"attention_mask of shape {tuple(mask.shape)} does not fit the prompt's input_ids of shape "
                 f"{tuple(ids.shape)}: give one mask entry per prompt token."
             )
+        if self.config.speller_size:  # forward gives the whole mixture, bytes and all: transformers' own loop
+            if pointer_mix is False:
+                raise ValueError("pointer_mix=False: with the speller the pointer's copies are part of every word.")
+            return super().generate(*args, **kwargs)
         # Both travel in the per-call stash (a model kwarg), not in the generation config.
         kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)
         return super().generate(*args, **kwargs)
@@ -318,7 +322,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         of transformers' `_sample`. Falls back to it where the step does not apply."""
         stash = model_kwargs.get("pointer_stash") or PointerStash()
         if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
-                or model_kwargs.get("past_key_values") is None):  # fmt: skip
+                or model_kwargs.get("past_key_values") is None or self.config.speller_size):  # fmt: skip
             return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
                                    streamer, **model_kwargs)  # fmt: skip
         outputs = self._prefill(input_ids, generation_config, model_kwargs)
@@ -421,7 +425,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
 
     def _get_logits_processor(self, generation_config, *args, model_kwargs=None, **kwargs):
         processors = super()._get_logits_processor(generation_config, *args, model_kwargs=model_kwargs, **kwargs)
-        if self.pointer is not None and model_kwargs is not None:
+        if self.pointer is not None and model_kwargs is not None and not self.config.speller_size:
             # Forward hands the pointer to this stash and returns vocabulary logits; the processor mixes first,
             # so repetition penalty, temperature, top-k/p act on the mixture. pointer_mix=False skips the mixing.
             stash = model_kwargs.setdefault("pointer_stash", PointerStash())

@@ -1,5 +1,6 @@
-"""The text-generation pipeline of the Pointer Sentinel-LSTM folders: each prompt keeps its table of out-of-vocabulary
-words, so the continuation writes the words the pointer copied, and batched prompts (left-padded) never mix theirs.
+"""The text-generation pipeline of the Pointer Sentinel-LSTM folders: the continuation is written as running text
+after the prompt. With placeholders each prompt keeps its table of out-of-vocabulary words, so the continuation writes
+the words the pointer copied, and batched prompts (left-padded) never mix theirs; in spell mode the ids carry them.
 
 The model folders name this class in config.json's `custom_pipelines`, so
 `pipeline("text-generation", model=folder, trust_remote_code=True)` runs it. With model and tokenizer objects, pass
@@ -30,17 +31,21 @@ def continuation(tokenizer, prompt: list[int], new: list[int], table: list[str] 
     """The text that `new` adds after `prompt`, as running text: what decode(prompt + new) adds to decode(prompt),
     with the prompt's table of words the vocabulary lacks, so the text rules' joins (`'s`, `,`, a closing quote) and
     the space before the continuation come out right."""
-    head = tokenizer.decode(prompt, oov_words=table)
-    whole = tokenizer.decode(prompt + new, oov_words=table)
+    kw = {} if table is None else {"oov_words": table}  # spell mode: the ids carry the words
+    head = tokenizer.decode(prompt, **kw)
+    whole = tokenizer.decode(prompt + new, **kw)
     if whole.startswith(head):
         return whole[len(head) :]
-    return " " + tokenizer.decode(new, oov_words=table)  # a join that rewrote the prompt's text: continue it
+    return " " + tokenizer.decode(new, **kw)  # a join that rewrote the prompt's text: continue it
 
 
 class PointerSentinelTextGenerationPipeline(TextGenerationPipeline):
     def preprocess(self, prompt_text, **kwargs):
         inputs = super().preprocess(prompt_text, **kwargs)
         if isinstance(prompt_text, Chat) or not _writes_words(self.tokenizer):
+            return inputs
+        if getattr(self.tokenizer, "spell_unseen", False):  # the ids spell the words: running text, no table
+            inputs["oov_words"] = None
             return inputs
         tables = getattr(inputs, "oov_words", None)
         inputs["oov_words"] = list(tables[0]) if tables else []
@@ -58,9 +63,10 @@ class PointerSentinelTextGenerationPipeline(TextGenerationPipeline):
 
     def postprocess(self, model_outputs, return_type=ReturnType.FULL_TEXT, clean_up_tokenization_spaces=None,
                     continue_final_message=None, skip_special_tokens=None, tools=None):  # fmt: skip
+        words = "oov_words" in model_outputs
         table = model_outputs.pop("oov_words", None)
         prompt_text = model_outputs["prompt_text"]
-        if table is None or return_type == ReturnType.TENSORS or not isinstance(prompt_text, str):
+        if not words or return_type == ReturnType.TENSORS or not isinstance(prompt_text, str):
             return super().postprocess(model_outputs, return_type, clean_up_tokenization_spaces,
                                        continue_final_message, skip_special_tokens, tools)  # fmt: skip
         input_ids = model_outputs["input_ids"]
