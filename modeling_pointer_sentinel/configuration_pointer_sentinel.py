@@ -91,6 +91,10 @@ class PointerSentinelConfig(PreTrainedConfig):
         (`Speller`). The `oov_slots` become the model's own numbering of a text's spelled words (the tokenizer
         writes none), so the mixture has vocab_size + 258 outputs. Needs `oov_slots` > `pointer_window`. 0 (the
         default): placeholders, as above.
+    vocab_limit (`int`): with the speller, K > 0 keeps only the K most frequent words (ids below K): the others are
+        spelled, and their share of p_vocab goes to `<unk>`'s, the unseen-word mass, so the model is a K-word model
+        with a speller (an open-vocabulary protocol: its figures on a corpus measure the speller on real words). 0
+        (the default) keeps the whole vocabulary.
     """
 
     model_type = "pointer_sentinel_lstm"
@@ -122,6 +126,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     oov_pointer: bool = False
     unk_token_id: int | None = None
     speller_size: int = 0
+    vocab_limit: int = 0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -176,6 +181,12 @@ class PointerSentinelConfig(PreTrainedConfig):
             raise ValueError(
                 f"speller_size must be >= 0, and > 0 needs oov_slots > pointer_window (a slot is reused only once its"
                 f" word has left the window), got speller_size={self.speller_size}, oov_slots={self.oov_slots}."
+            )
+        if self.vocab_limit and not (self.speller_size and max(self.eos_token_id or 0, self.unk_token_id or 0)
+                                      < self.vocab_limit < self.vocab_size):  # fmt: skip
+            raise ValueError(
+                f"vocab_limit={self.vocab_limit} needs the speller and must lie above <eos> and <unk> and below "
+                f"vocab_size={self.vocab_size}."
             )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"):
             value = getattr(self, name)

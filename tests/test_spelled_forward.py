@@ -2,6 +2,8 @@
 occurrence, its word step at `</w>`. `logits` are normalised at every position, byte positions included, cross-entropy
 of `logits` is the loss, chunks with the cache equal the whole, and the past never reads the future."""
 
+import math
+
 import pytest
 import torch
 from conftest import tiny_model
@@ -40,6 +42,7 @@ VARIANTS = [
     {"use_pointer": False},
     {"oov_pointer": True},
     {"adaptive_softmax_cutoffs": [8, 15], "adaptive_softmax_div_value": 2.0},
+    {"vocab_limit": 13, "oov_pointer": True},  # ROW's words are all below 13
 ]
 
 
@@ -217,3 +220,45 @@ def test_template_prompts_encoded_first_each_decode_to_their_own_name_through_ge
         torch.manual_seed(1)
         result = generator(f"the {name} was", max_new_tokens=20, do_sample=True, top_k=0)[0]["generated_text"]
         assert result.startswith(f"the {name} was") and len(result) > len(f"the {name} was"), result
+
+
+def test_a_vocab_limit_folds_the_cut_words_mass_into_the_unseen_words_and_refuses_them_as_words():
+    """vocab_limit K: columns K and up leave the word distribution (-inf at every position), their p_vocab joins
+    <unk>'s, so the new-word share grows and the whole stays normalised; a cut word given as a word id is an error."""
+    full, cut = model(), model(vocab_limit=13)
+    cut.load_state_dict(full.state_dict())
+    with torch.no_grad():
+        a, b = full(ROW).logits, cut(ROW).logits
+    steps = (ROW[0] < V) | (ROW[0] == END)  # word steps: the positions that offer words
+    assert torch.isneginf(b[..., 13:V]).all() and not torch.isneginf(a[0, steps, 13:V]).any()
+    torch.testing.assert_close(b.logsumexp(-1), torch.zeros(b.shape[:-1], dtype=b.dtype), atol=1e-9, rtol=0)
+    assert (b[0, steps, V : V + 256].logsumexp(-1) > a[0, steps, V : V + 256].logsumexp(-1)).all()
+    with pytest.raises(ValueError, match="beyond vocab_limit=13: spell them"):
+        cut(torch.tensor([[5, 14]]))
+
+
+def test_bits_per_byte_of_a_spelled_stream_is_the_whole_forwards_and_its_buckets_split_it():
+    """spelling.py: a word stream with its rarer words spelled, scored in chunks, gives the bits of one whole
+    forward over the same ids; the frequency buckets hold every target word once."""
+    from modeling_pointer_sentinel.spelling import spell_stream, spelled_bits_per_byte
+
+    m = model(vocab_limit=13, oov_pointer=True)
+    words = torch.tensor([5, 7, 14, 9, 20, 14, 1, 22, 2, 20, 6])
+    spellings = {w: (*f"w{w}".encode(), 256) for w in range(V)}
+    stream, owner = spell_stream(words, 13, spellings, V)
+    assert stream.tolist()[:5] == [5, 7, V + ord("w"), V + ord("1"), V + ord("4")] and owner.tolist()[:5] == [
+        0,
+        1,
+        2,
+        2,
+        2,
+    ]
+    word_bytes, counts = torch.full((len(words),), 3), torch.tensor([0, 500, 3, 40, 2, 3, 900, 1, 150, 2, 60])
+    got = spelled_bits_per_byte(m, stream, owner, word_bytes, counts, text_bytes=40, chunk=4)
+    with torch.no_grad():
+        out = m(stream[None], labels=stream[None])
+    total = -out.target_log_probs.sum().item() / math.log(2)
+    assert math.isclose(got["bits_per_byte"], total / 40, rel_tol=1e-9)
+    buckets = [v for k, v in got.items() if k.startswith("train_count_")]
+    assert sum(b["words"] for b in buckets) == len(words) - 1
+    assert math.isclose(sum(b["bits_per_byte"] * b["words"] * 3 for b in buckets), total, rel_tol=1e-9)

@@ -681,6 +681,15 @@ def read_spelled(ids: list[list[int]], valid: list[list[bool]], state: SpelledRo
     return steps, step_valid, spellings, anchors, prefixes
 
 
+def fold_vocabulary(scores: torch.Tensor, limit: int, unk: int) -> torch.Tensor:
+    """`config.vocab_limit`: the words from `limit` on leave the softmax, their mass (scores are logits or log
+    probabilities over the vocabulary) joining `<unk>`'s; the softmax over the kept columns is unchanged otherwise."""
+    rest = scores[..., limit:].logsumexp(-1, keepdim=True)
+    kept = scores[..., :limit].scatter(-1, scores.new_full((*scores.shape[:-1], 1), unk, dtype=torch.long),
+                                       torch.logaddexp(scores[..., unk : unk + 1], rest))  # fmt: skip
+    return F.pad(kept, (0, scores.shape[-1] - limit), value=-torch.inf)
+
+
 def spelling_tensor(spellings: list, K: int, device) -> torch.Tensor:
     """Spellings as (n, K) symbols padded with -1; None (a vocabulary word) and () (too long to copy) all -1."""
     out = torch.full((len(spellings), K), -1, dtype=torch.long)
@@ -1125,6 +1134,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         else:
             vocab_logits = self.lm_head(slice_logits_to_keep(h, logits_to_keep))
             vocab_log_probs = vocab_logits if isinstance(self.lm_head, AdaptiveSoftmax) else None  # normalised
+        if self.config.vocab_limit:  # a K-word model: the other words' p_vocab is <unk>'s
+            vocab_logits = fold_vocabulary(vocab_logits, self.config.vocab_limit, self.config.unk_token_id)
+            if vocab_log_probs is not None:
+                vocab_log_probs = fold_vocabulary(vocab_log_probs, self.config.vocab_limit, self.config.unk_token_id)
         if places is not None:
             places = places.at(lambda t: t[:, -1] if pointer_stash is not None else
                                slice_logits_to_keep(t[..., None], logits_to_keep)[..., 0])  # fmt: skip
@@ -1241,6 +1254,8 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         if input_ids is None or input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError("input_ids must be a non-empty (batch, sequence) tensor of token ids.")
         _check_ids("input_ids", input_ids, V + SPELL_SYMBOLS)
+        if cfg.vocab_limit and bool(((input_ids >= cfg.vocab_limit) & (input_ids < V)).any()):
+            raise ValueError(f"input_ids hold words beyond vocab_limit={cfg.vocab_limit}: spell them.")
         B, T = input_ids.shape
         mask = _call_mask(attention_mask, T)
         if cache.spelled_rows is None:
