@@ -12,7 +12,6 @@ uploaded text, its perplexity, unseen-word rate and the words where the pointer 
 `/generate` and `/score`, which return those numbers as JSON. Bad input gets a message, never a stack trace.
 """
 
-import argparse
 import html
 import math
 import os
@@ -23,17 +22,48 @@ import time
 import traceback
 from pathlib import Path
 
-import gradio as gr
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.generation.streamers import BaseStreamer
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-from modeling_pointer_sentinel.inspection import Explanation, explain  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import ArgumentParser, check_model_folder, check_ranges, describe_ranges, fail, non_negative  # noqa: E402
 
 PRETRAINED = ROOT / "pretrained"
 DEFAULT_MODEL, DEFAULT_PLAIN = "pretrained/wt2-pointer-sentinel-lstm-2x200", "pretrained/wt2-lstm-2x200"
+# Gradio binds the port it is given and names it in its URL: 0 would not mean "any free port" there
+RANGES = [("--port", lambda v: 1 <= v <= 65535, "in [1, 65535]"), ("--num_threads", non_negative, ">= 0")]
+
+
+def parse_args(argv=None):
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help=f"the folder shown first (any model folder; default: this checkout's "
+                        f"{DEFAULT_MODEL}, wherever the app is started)")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=7860)
+    parser.add_argument(
+        "--num_threads",
+        type=int,
+        default=1 if (os.cpu_count() or 1) <= 4 else 0,
+        help="torch threads (0: torch's default; 1 on a machine of up to 4 cores)",
+    )
+    describe_ranges(parser, RANGES)
+    args = parser.parse_args(argv)
+    check_ranges(parser, args, RANGES)
+    if args.model is None:  # the checkout's folder: a default relative to the working directory fails elsewhere
+        args.model = str(ROOT / DEFAULT_MODEL)
+    check_model_folder(parser, "--model", args.model)  # a folder the user names: relative to the working directory
+    return args
+
+
+if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (gradio, torch: seconds)
+    parse_args()
+
+import gradio as gr  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers.generation.streamers import BaseStreamer  # noqa: E402
+
+from modeling_pointer_sentinel.inspection import Explanation, explain  # noqa: E402
+
 PROMPT = "\nThe Quarrington River flows through Esselbrook. In 1850, the town of Esselbrook"
 MODES = ["greedy", "sample", "beam"]
 MAX_NEW_TOKENS, MAX_PROMPT_WORDS, MAX_SCORE_WORDS, MAX_UPLOAD_BYTES = 200, 1000, 5000, 2_000_000
@@ -620,30 +650,23 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
     return demo
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default=DEFAULT_MODEL, help="the folder shown first (any model folder)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=7860)
-    parser.add_argument(
-        "--num_threads",
-        type=int,
-        default=1 if (os.cpu_count() or 1) <= 4 else 0,
-        help="torch threads (0: torch's default; 1 on a machine of up to 4 cores)",
-    )
-    args = parser.parse_args()
+def main(argv=None):
+    args = parse_args(argv)
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    models = Models([args.model] if Path(args.model).is_dir() else [])
+    models = Models([args.model])
     default = Models.name(Path(args.model))
     try:
         models.get(default)
         models.get(models.plain_partner(default))  # loaded before the first click
     except InputError as e:
-        sys.exit(f"error: {e}")
+        fail(e)
     demo = build(models, default)
     demo.queue(default_concurrency_limit=1, max_size=64)
-    demo.launch(server_name=args.host, server_port=args.port, css=CSS, show_error=False)
+    try:
+        demo.launch(server_name=args.host, server_port=args.port, css=CSS, show_error=False)
+    except OSError as e:  # the port is taken, or not this user's to bind
+        fail(f"cannot serve on {args.host}:{args.port}: {e}")
 
 
 if __name__ == "__main__":

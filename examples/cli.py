@@ -5,9 +5,11 @@ Only the standard library is imported here: a script checks its command line bef
 (8-40 s), so that --help and a mistaken flag answer at once."""
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -24,6 +26,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         fail(message, self.prog)
+
+
+@contextlib.contextmanager
+def ctrl_c_stops():
+    """Ctrl+C (KeyboardInterrupt) ends the script with one line on stderr and exit status 130 (128 + SIGINT, as a
+    shell reports it), not a traceback: the user asked for the stop."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{os.path.basename(sys.argv[0])}: stopped by Ctrl+C\n")
+        sys.exit(130)
 
 
 def add_data_arguments(parser):
@@ -86,14 +99,30 @@ def describe_ranges(parser, rules):
             action.help = f"{action.help}; {what[action.dest]}" if action.help else what[action.dest]
 
 
+PICKLED = "its pickled weights file (pytorch_model.bin) holds Python objects that only running code rebuilds"
+
+
 def load_or_fail(what: str, load, name: str):
-    """`load(name)` (a `from_pretrained`), or one error line saying what could not be loaded and why."""
+    """`load(name)` (a `from_pretrained`), or one error line saying what could not be loaded and why. A folder whose
+    weights are a pickle alone is read only by a torch whose weights_only unpickler is safe (CVE-2026-24747)."""
+    folder = Path(name)
+    if folder.is_dir() and not any(folder.glob("*.safetensors")):
+        from modeling_pointer_sentinel.checkpointing import CheckpointError, require_safe_unpickler
+
+        for pickled in sorted(p for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".pkl")):
+            try:
+                require_safe_unpickler(pickled)
+            except CheckpointError as e:
+                fail(e)
     try:
         return load(name)
     except Exception as e:
         if not isinstance(e, load_errors()):
             raise
         message = str(e).splitlines()[0] if isinstance(e, OSError | ValueError) else str(e)
+        if isinstance(e, pickle.UnpicklingError):  # torch.load's weights_only refused the pickle: none of it ran
+            message = (f"{PICKLED}; it was not loaded (use a folder with model.safetensors, or re-save the model from "
+                       "code you trust)")  # fmt: skip
         if "ignore_mismatched_sizes" in message:  # transformers' load report, printed above, has the detail
             message = "its weights do not fit its config.json (a misspelt or missing key? see the report above)"
         fail(f"cannot load the {what} {name}: {message}")
@@ -101,21 +130,43 @@ def load_or_fail(what: str, load, name: str):
 
 def load_errors() -> tuple[type[Exception], ...]:
     """What a damaged or mistyped saved folder raises while it loads: a missing or unreadable file, a config.json
-    value of the wrong type (huggingface_hub's strict dataclasses), weights that do not fit the config."""
+    value of the wrong type (huggingface_hub's strict dataclasses), weights that do not fit the config, a pickled
+    weights file that holds more than tensors (torch.load's weights_only refuses it before any of it runs)."""
     from huggingface_hub.errors import StrictDataclassError
 
-    return OSError, ValueError, RuntimeError, TypeError, KeyError, StrictDataclassError
+    return OSError, ValueError, RuntimeError, TypeError, KeyError, StrictDataclassError, pickle.UnpicklingError
 
 
-def load_saved_model(folder: str):
-    """The tokenizer and the model (float32, eval mode) of a folder written by save_pretrained."""
+def load_saved_tokenizer(folder: str):
+    """The tokenizer of a folder written by save_pretrained, apart from its model: the checks that need only the
+    tokenizer then fail before the weights load (and their progress bar)."""
+    from transformers import AutoTokenizer
+
+    return load_or_fail("tokenizer in", AutoTokenizer.from_pretrained, folder)
+
+
+def load_saved_model(folder: str, tokenizer=None):
+    """The tokenizer (`tokenizer` where it is loaded already) and the model (float32, eval mode) of a folder written
+    by save_pretrained."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_saved_tokenizer(folder) if tokenizer is None else tokenizer
 
     def load(f):
-        return AutoTokenizer.from_pretrained(f), AutoModelForCausalLM.from_pretrained(f, dtype=torch.float32).eval()
+        return AutoModelForCausalLM.from_pretrained(f, dtype=torch.float32).eval()
 
-    return load_or_fail("model in", load, folder)
+    return tokenizer, load_or_fail("model in", load, folder)
+
+
+def saved_config(folder: str) -> dict:
+    """A saved folder's config.json as read by json ({} where it cannot be read: loading the folder then names the
+    problem), for the checks of its fields before torch is imported."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def check_local_path(parser, flag: str, value: str | None):
@@ -143,8 +194,9 @@ def check_model_folder(parser, flag: str, folder: str, tokenizer: bool = True):
 
 def check_text_file(parser, flag: str, value: str | None, decode: bool = False):
     """A local text file given by `flag`: it must exist, be a file (not a folder) and not be empty; with `decode`, it
-    must also read as UTF-8 text (streamed in 1 MiB chunks; `.xz` decompressed) and hold more than blank lines.
-    Each failure is one parser error line, before anything heavy is imported or loaded."""
+    must also read as UTF-8 text without NUL bytes (streamed in 1 MiB chunks; `.xz` decompressed; NUL is valid UTF-8
+    but no text file holds it, so it marks a binary file) and hold more than blank lines. Each failure is one parser
+    error line, before anything heavy is imported or loaded."""
     if value is None:
         return
     path = Path(value).expanduser()
@@ -170,6 +222,8 @@ def check_text_file(parser, flag: str, value: str | None, decode: bool = False):
                 parser.error(f"{flag} {value}: not UTF-8 text (byte {where:,}: {e.reason}); a binary file?")
             except (OSError, EOFError, lzma.LZMAError) as e:  # unreadable, or a damaged .xz
                 parser.error(f"{flag} {value}: cannot be read ({e})")
+            if (nul := chunk.find(b"\0")) >= 0:
+                parser.error(f"{flag} {value}: not text (a NUL byte at byte {offset + nul:,}); a binary file?")
             blank = blank and not text.strip()
             offset += len(chunk)
             if not chunk:
@@ -203,12 +257,18 @@ def load_sources(args) -> dict:
         fail(e)
 
 
+PROGRESS_BYTES = 1 << 20  # local files smaller than this tokenise in well under a second
+
+
 def cached_split_files(args, tokenizer, sources: dict, progress: bool = True) -> dict:
     """Each split's id file in the token cache (data.token_file), prepared where missing; an undecodable or empty
-    file fails."""
+    file fails. Local files all under PROGRESS_BYTES get no progress bar: it would be noise, and it would stand above
+    the error line of a file too short for its streams."""
     from modeling_pointer_sentinel.data import token_file
 
     workers = getattr(args, "preprocessing_num_workers", None)
+    progress = progress and any(not src.path or Path(src.path).stat().st_size >= PROGRESS_BYTES
+                                for src in sources.values())  # fmt: skip
     try:
         return {s: token_file(tokenizer, src, args.data_cache_dir, progress, workers) for s, src in sources.items()}
     except ValueError as e:

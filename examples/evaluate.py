@@ -13,8 +13,9 @@ words of raw text are read as placeholders, numbered per stream as the tokenizer
 copies count; text in corpus form (literal <unk>) scores as before. The summary names the measure and the split's
 unseen-word rate; `--unseen_as_unk` reads unseen words as <unk> (a closed vocabulary's reading).
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
-model folder or data file, a cache setting out of range) stops the script with one `error:` line on stderr and exit
-status 2.
+model folder or data file, a data file that is not UTF-8 text or holds a NUL byte (binary), a cache setting out of
+range, a split too short for --batch_size streams) stops the script with one `error:` line on stderr and exit status 2;
+the data is checked before the model's weights load.
 """
 
 import argparse
@@ -37,7 +38,9 @@ from cli import (  # noqa: E402
     check_text_file,
     describe_ranges,
     fail,
+    load_or_fail,
     load_saved_model,
+    load_saved_tokenizer,
     load_sources,
     non_negative,
     positive,
@@ -145,7 +148,7 @@ def parse_args(argv=None):
     if args.compare:
         check_model_folder(p, "--compare", args.compare, tokenizer=False)
     for flag in ("train_file", "validation_file", "test_file"):
-        check_text_file(p, f"--{flag}", getattr(args, flag))
+        check_text_file(p, f"--{flag}", getattr(args, flag), decode=True)  # a binary file is refused here
     return args
 
 
@@ -314,9 +317,13 @@ def main(argv=None):
     args = parse_args(argv)
     if args.num_threads:
         torch.set_num_threads(args.num_threads)
-    tok, model = load_saved_model(args.model)
-    if args.compare and AutoConfig.from_pretrained(args.compare).vocab_size != model.config.vocab_size:
-        fail("--compare needs a model with the same vocabulary.")
+    # Every check of the input comes before the weights load (and their progress bar): the tokenizer, the configs,
+    # the data and its streams first.
+    tok = load_saved_tokenizer(args.model)
+    if args.compare:
+        ours, theirs = (load_or_fail("config in", AutoConfig.from_pretrained, f) for f in (args.model, args.compare))
+        if theirs.vocab_size != ours.vocab_size:
+            fail("--compare needs a model with the same vocabulary.")
     splits = load_sources(args)  # each split's text, read through the token cache (data.py)
     if args.split not in splits:
         fail(f"no {args.split} split: give --{args.split}_file (or --dataset_name)")
@@ -334,12 +341,14 @@ def main(argv=None):
     try:
         streams_for(mapped[args.split], args.batch_size, args.max_tokens)
     except ValueError as e:  # an empty split, or too few tokens for the streams
-        fail(e)
+        fits = len(first_tokens(mapped[args.split], args.max_tokens)) // 2  # streams of 2 tokens it can fill
+        fail(f"{e} Pass a smaller --batch_size (at most {fits} for this split)" if fits else e)
     rate = unk_rate_of_counts(token_counts(files[args.split]), unk_token_id(tok))
     if rate > 0.1:
         print(f"warning: {rate:.1%} of the {args.split} tokens are outside the vocabulary (<unk> or unseen words): is "
               "this the data the tokenizer was built for? (with no data flags the bundled WikiText-2 is used)",
               file=sys.stderr)  # fmt: skip
+    tok, model = load_saved_model(args.model, tok)
     reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open
     if args.compare and reading.unseen(args.split) is not None:
         slots = AutoConfig.from_pretrained(args.compare).oov_slots

@@ -377,12 +377,13 @@ def main(argv=None):
         if "train" not in sources:
             fail("no training split: give --train_file (or --dataset_name)")
         tokenizer = build_tokenizer(args, sources["train"])
+    model = build_model(args, tokenizer)  # before the data's tokenising and its progress bar: a bad model fails first
+    with accelerator.main_process_first():
         files = cached_split_files(args, tokenizer, sources, progress=accelerator.is_main_process)
     try:  # memory maps of the cached ids, and each id's count (the frequency order and the <unk> rates)
         ids, counts = split_arrays(files)
     except ValueError as e:  # an empty training split
         fail(e)
-    model = build_model(args, tokenizer)
     cfg = model.config
     try:
         check_frequency_order(None, cfg.adaptive_softmax_cutoffs, cfg.vocab_size, counts=counts["train"])

@@ -8,7 +8,8 @@ score a test set and print its perplexity next to the one the model card records
 The model folder's eval_results.json names its dataset: a WikiText-2 model is scored on the bundled WikiText-2 test
 split without any flag; Penn Treebank is not bundled (its text is the LDC's), so a PTB model is scored when you pass
 your copy of ptb.test.txt. A missing folder, or a test file that is missing, empty or not UTF-8 text, stops the script
-with one `error:` line and exit status 2, before any sample.
+with one `error:` line and exit status 2, before any sample. Sampling shows a progress bar once it has taken 2 s;
+Ctrl+C stops the script.
 """
 
 import argparse
@@ -19,7 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py and evaluate.py beside this script
-from cli import ArgumentParser, check_ranges, check_text_file, describe_ranges, fail, load_errors, positive  # noqa: E402
+from cli import (  # noqa: E402
+    ArgumentParser,
+    check_ranges,
+    check_text_file,
+    ctrl_c_stops,
+    describe_ranges,
+    fail,
+    load_errors,
+    positive,
+)
 
 PRETRAINED = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "wt2-pointer-sentinel-lstm-2x200"  # WikiText-2 is bundled: scored with no flag
@@ -56,6 +66,7 @@ import torch  # noqa: E402
 from evaluate import parse_args as evaluate_args  # noqa: E402
 from evaluate import streams_for  # noqa: E402
 from export_pretrained import DATASETS  # noqa: E402
+from generate import StepBar, how_to_stop  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import pipeline, set_seed  # noqa: E402
 
@@ -79,8 +90,14 @@ def main(argv=None):
     # Every training line follows an <eos> (the tokenizer's line break); from the zero state with none before it the
     # PTB pointer model ends the line at once (p(<eos>) 0.7579 after "the company said", 0.0001 after a line break;
     # the README's command measures it), so the prompt starts a line.
-    samples = generator("\n" + prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=40,
-                        num_return_sequences=args.num_samples)  # fmt: skip
+    how_to_stop(args.max_new_tokens)
+    bar = StepBar(args.max_new_tokens)
+    try:
+        samples = generator("\n" + prompt, max_new_tokens=args.max_new_tokens, do_sample=True, top_k=40,
+                            num_return_sequences=args.num_samples, streamer=bar)  # fmt: skip
+    except KeyboardInterrupt:
+        bar.stop()  # the bar's line ends, then ctrl_c_stops says why
+        raise
     for s in samples:
         print("sample:", s["generated_text"].lstrip("\n"))
 
@@ -106,4 +123,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    with ctrl_c_stops():
+        main()

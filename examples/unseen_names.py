@@ -9,7 +9,8 @@ them. A prompt's unseen words are those its tokenizer gives placeholders (`enc.o
 in the vocabulary (both checked). Greedy and beam search (4 beams) give one continuation each; sampling (top-k 40)
 gives --samples continuations from --seed. A word "comes back" when the continuation holds it as a whole word. The
 summary counts greedy and sampled continuations with an unseen word back and with a real name back. No `<unk>` may
-appear in any continuation (checked).
+appear in any continuation (checked). A folder whose model has no pointer or no placeholder slots (nothing could copy
+an unseen word back) stops the script with one `error:` line and exit status 2.
 """
 
 import argparse
@@ -19,6 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import ArgumentParser, check_model_folder, saved_config  # noqa: E402
 
 PROMPTS = [  # (prompt, its real names); its made-up names are the words the tokenizer lacks
     ("\nThe river flows from Esselbrook to London. In 1850, the railway reached Esselbrook and London", ["London"]),
@@ -84,9 +87,23 @@ def continuations(folder: str, prompts: list[tuple[str, list[str]]], max_new_tok
             "greedy_and_sampled": summary, "prompts": rows}  # fmt: skip
 
 
+def check_copies(p, folder: str):
+    """The folder's model must be able to copy an unseen word: a pointer (`use_pointer`) and placeholder slots
+    (`oov_slots`); else every count would be 0 of N, which reads as a result."""
+    config = saved_config(folder)
+    if config.get("use_pointer", True) is False:
+        twin = Path(folder).with_name(Path(folder).name.replace("-lstm-", "-pointer-sentinel-lstm-", 1))
+        named = f"; its pointer twin is {twin}" if twin.name != Path(folder).name and twin.is_dir() else ""
+        p.error(f"{folder}: its model has no pointer (use_pointer: false), so nothing can copy an unseen word back; "
+                f"give a pointer model's folder{named}")  # fmt: skip
+    if not isinstance(slots := config.get("oov_slots", 0), int) or slots < 1:
+        p.error(f"{folder}: its model has no placeholder slots (oov_slots: {slots}), so an unseen word is <unk>; "
+                "give an open-vocabulary pointer model's folder")  # fmt: skip
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("models", nargs="+", help="saved model folders with oov_slots > 0")
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("models", nargs="+", help="saved pointer model folders with oov_slots > 0")
     p.add_argument("--max_new_tokens", type=int, default=20)
     p.add_argument("--samples", type=int, default=5, help="sampled continuations per prompt")
     p.add_argument("--seed", type=int, default=0)
@@ -96,8 +113,8 @@ def main(argv=None):
         if getattr(args, flag) < 1:
             p.error(f"--{flag} must be a positive integer, got {getattr(args, flag)}")
     for m in args.models:
-        if not Path(m).is_dir():
-            p.error(f"{m}: no such folder")
+        check_model_folder(p, "", m)
+        check_copies(p, m)
     results = [continuations(m, PROMPTS, args.max_new_tokens, args.samples, args.seed) for m in args.models]
     for r in results:
         for row in r["prompts"]:

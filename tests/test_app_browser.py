@@ -47,13 +47,14 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The app on 127.0.0.1 and a free port, the way a user starts it; stopped whatever happens."""
+    """The app on 127.0.0.1 and a free port, the way a user starts it (from a folder of their own, not the
+    checkout's root); stopped whatever happens."""
     require("gradio")
     port, log_path = free_port(), tmp_path_factory.mktemp("app") / "server.log"
     log = open(log_path, "w")  # noqa: SIM115 (a file, not a pipe nobody reads, which would fill and block the app)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "app.py"), "--port", str(port)], cwd=ROOT,
-                            env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "app.py"), "--port", str(port)],
+                            cwd=log_path.parent, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     url = f"http://127.0.0.1:{port}/"
     try:
         deadline = time.monotonic() + 300
@@ -77,6 +78,22 @@ def server(tmp_path_factory):
         log.close()
 
 
+def test_a_port_in_use_ends_in_one_line(tmp_path):
+    """A port another program listens on: one `app.py: error:` line naming it, exit status 2, not Gradio's
+    traceback."""
+    require("gradio")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "app.py"), "--port", str(port)], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert last.startswith(f"app.py: error: cannot serve on 127.0.0.1:{port}: "), last
+
+
 def test_the_readmes_api_example(server):
     """The README's gradio_client example, run against the served page, prints what its comment says."""
     require("gradio_client")
@@ -88,6 +105,15 @@ def test_the_readmes_api_example(server):
     scope = {}
     exec("\n".join(lines), scope)
     assert repr(eval(expression, scope)) == shown
+
+
+def test_the_app_started_outside_the_checkout_serves_its_default_folder(server):
+    """`python examples/app.py` started in another folder: its default --model is the checkout's folder, not one
+    relative to where it was started (which failed with "is not a model folder this page serves")."""
+    client_module = require("gradio_client")
+    url, _ = server
+    result = client_module.Client(url, verbose=False).predict(PROMPT, api_name="/generate")  # the default folder
+    assert result["folder"] == COPYING and result["words"]
 
 
 def test_the_api_answers_with_the_pages_numbers(server):

@@ -1,9 +1,13 @@
 """The example scripts' command line: shared helpers in examples/cli.py, and invalid input ending in one line."""
 
+import contextlib
 import inspect
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -39,10 +43,14 @@ def saved_model(tmp_path_factory):
     return d
 
 
-def run_script(name, *args, cwd=None):
+def script_env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_"))}
+    return {**env, "HF_HUB_OFFLINE": "1"}
+
+
+def run_script(name, *args, cwd=None):
     cmd = [sys.executable, str(ROOT / "examples" / name), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or ROOT, env={**env, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or ROOT, env=script_env())
 
 
 CONFIG_MISTAKES = {
@@ -359,6 +367,7 @@ finally:
     print("heavy imports:", sorted(heavy & set(sys.modules)), file=sys.stderr)
 """
 WT2 = str(ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200")
+WT2_PLAIN = str(ROOT / "pretrained" / "wt2-lstm-2x200")  # use_pointer: false
 COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); "" is --help
     ("train.py", ["--help"], ""),
     ("train.py", ["--bogus_flag"], "unrecognized arguments: --bogus_flag"),
@@ -390,6 +399,21 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
     ("generate.py", ["--help"], ""),
     ("generate.py", ["model", "--top_p", "1.5"], "--top_p must be in (0, 1]"),
     ("generate.py", ["no_model"], "no such model folder"),
+    ("generate.py", ["."], ".: not a model folder (no config.json and no tokenizer.json or tokenizer_config.json;"),
+    ("generate.py", ["config_only"], "config_only: not a model folder (no tokenizer.json or tokenizer_config.json;"),
+    ("generate.py", [WT2_PLAIN, "--show_gate"], f"--show_gate: the model in {WT2_PLAIN} has no pointer"),
+    ("evaluate.py", [WT2, "--test_file", "nul.bin"], "--test_file nul.bin: not text (a NUL byte at byte 3); a binary"),
+    ("evaluate.py", [WT2, "--test_file", "binary.bin"], "--test_file binary.bin: not UTF-8 text (byte 3: "),
+    (
+        "unseen_names.py",
+        [WT2_PLAIN],
+        f"{WT2_PLAIN}: its model has no pointer (use_pointer: false), so nothing can copy an unseen word back; give a "
+        f"pointer model's folder; its pointer twin is {WT2}",
+    ),
+    ("app.py", ["--port", "-1"], "--port must be in [1, 65535], got -1"),
+    ("app.py", ["--port", "99999"], "--port must be in [1, 65535], got 99999"),
+    ("app.py", ["--port", "0"], "--port must be in [1, 65535], got 0"),  # Gradio would name port 0 in its URL
+    ("app.py", ["--model", "no_model"], "--model no_model: no such model folder"),
     ("export_onnx.py", ["--help"], ""),
     ("export_onnx.py", ["model", "out", "--check_steps", "0"], "--check_steps must be >= 1"),
     ("export_onnx.py", ["/nonexistent", "out"], "/nonexistent: no such model folder"),
@@ -414,7 +438,7 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
 @pytest.mark.parametrize(
     "script, args, message",
     COMMAND_LINE_MISTAKES,
-    ids=[f"{s} {' '.join(a).replace(WT2, 'WT2')}" for s, a, _ in COMMAND_LINE_MISTAKES],
+    ids=[f"{s} {' '.join(a).replace(WT2, 'WT2').replace(WT2_PLAIN, 'WT2_PLAIN')}" for s, a, _ in COMMAND_LINE_MISTAKES],
 )
 def test_scripts_check_their_command_line_before_importing_torch(script, args, message, tmp_path):
     """--help and a mistaken command line or config file answer at once (exit 0 with the help, exit 2 with one error
@@ -423,6 +447,10 @@ def test_scripts_check_their_command_line_before_importing_torch(script, args, m
     (tmp_path / "bad.json").write_text('{"bptt": 3.5, "model": {"hidden_size": 8}}')
     (tmp_path / "model.json").write_text('{"model": {"hidden_size": 8}}')
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "nul.bin").write_bytes(b"abc" + bytes(100))  # NUL is valid UTF-8: only the NUL check refuses it
+    (tmp_path / "binary.bin").write_bytes(b"abc\xff\xfe" * 100)
+    (tmp_path / "config_only").mkdir()
+    (tmp_path / "config_only" / "config.json").write_text("{}")
     cmd = [sys.executable, "-c", IMPORTS_OF, str(ROOT / "examples" / script), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     *errors, heavy = done.stderr.strip().splitlines()
@@ -442,3 +470,185 @@ def test_train_names_the_tokenizers_text_rules():
     import train
 
     assert train.TEXT_RULES == TEXT_RULES
+
+
+# ---- one line, not a traceback: what goes wrong after the command line's checks ----
+
+
+def assert_only_an_error_line(done, script, *words):
+    """stderr is exactly one line, `SCRIPT: error: ...` holding each of `words`, and the exit status 2: no traceback,
+    and no progress bar above it (splitlines splits at a bar's carriage returns too)."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"{script}: error: ") and all(w in lines[0] for w in words), lines
+
+
+class CodePayload:
+    """Unpickled, it runs a shell command: what a hostile pytorch_model.bin holds."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import shlex
+
+        return os.system, (f"touch {shlex.quote(str(self.marker))}",)
+
+
+@pytest.mark.parametrize("script", ["train.py", "generate.py"])
+def test_a_pickled_model_that_holds_code_is_refused_in_one_line(script, saved_model, tmp_path):
+    """A folder whose pytorch_model.bin pickles a call (config.json valid): torch.load's weights_only refuses it, none
+    of it runs, and the script ends in one line saying so (load_errors had no UnpicklingError: a traceback), before
+    train.py tokenises its data (and its progress bar)."""
+    import shutil
+
+    folder = shutil.copytree(saved_model, tmp_path / "pickled")
+    (folder / "model.safetensors").unlink()
+    marker = tmp_path / "payload_ran"
+    torch.save({"lm_head.bias": CodePayload(marker)}, folder / "pytorch_model.bin")
+    torch.load(folder / "pytorch_model.bin", weights_only=False)  # the payload works: loaded unsafely, it runs
+    assert marker.exists()
+    marker.unlink()
+    text = tmp_path / "text.txt"
+    text.write_text("a b c a b c d\ne f a b\n" * 50_000)  # over 1 MiB: tokenising it would show a progress bar
+    train = ["--model_name_or_path", folder, "--train_file", text, "--output_dir", tmp_path / "out"]
+    args = {"train.py": [*train, "--data_cache_dir", tmp_path / "cache"], "generate.py": [folder, "--prompt", "a b"]}
+    done = run_script(script, *args[script])
+    assert_only_an_error_line(done, script, "pytorch_model.bin) holds Python objects that only running code rebuilds",
+                              "it was not loaded")  # fmt: skip
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("case", ["too short for the streams", "cache grid without validation", "another vocabulary"])
+def test_evaluate_checks_its_data_before_the_weights_load(case, saved_model, tmp_path):
+    """Each check of the data and the flags that need it comes before the model's weights load (and their progress
+    bar); a split too short for --batch_size streams names the flag that fixes it."""
+    three = tmp_path / "three.txt"
+    three.write_text("a b c\n")  # 4 tokens with its <eos>
+    text = tmp_path / "text.txt"
+    text.write_text("a b c a b c d\ne f a b\n" * 20)
+    args, words = {
+        "too short for the streams": ([three], ["4 tokens cannot fill 10 streams", "smaller --batch_size (at most 2"]),
+        "cache grid without validation": ([text, "--cache_grid"], ["--cache_grid chooses the cache on the validation"]),
+        "another vocabulary": ([text, "--compare", ROOT / "pretrained" / "ptb-lstm-2x200"], ["the same vocabulary"]),
+    }[case]
+    done = run_script("evaluate.py", saved_model, "--data_cache_dir", tmp_path / "cache", "--test_file", *args)
+    assert_only_an_error_line(done, "evaluate.py", *words)
+
+
+def test_generate_checks_the_prompt_before_the_weights_load():
+    """A prompt the text rules drop whole (PTB's punctuation) is found by the tokenizer alone: one line, no progress
+    bar of the weights above it."""
+    done = run_script("generate.py", ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200", "--prompt", "...")
+    assert_only_an_error_line(done, "generate.py", "--prompt has no words to continue")
+
+
+def test_generate_ends_a_sample_at_its_eos_on_a_shipped_folder():
+    """A shipped folder's generation config has no <eos> (its pipeline writes past line ends), but a generate.py
+    sample ends at its first <eos>: generation stops there, not after --max_new_tokens (10**6 here)."""
+    folder = ROOT / "pretrained" / "ptb-pointer-sentinel-lstm-2x200"
+    cmd = [sys.executable, str(ROOT / "examples" / "generate.py"), str(folder), "--prompt", "the company said",
+           "--do_sample", "--max_new_tokens", str(10**6)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=script_env(), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("the company said ") and done.stdout.count("\n") == 1, done.stdout[-300:]
+
+
+def test_generate_refuses_a_beam_search_too_large_for_memory_in_one_line(saved_model):
+    """Beam search holds (beams, max length) ids from its start: the model's ValueError for 10**12 new tokens ends
+    the script in one `error:` line, not a traceback."""
+    done = run_script("generate.py", saved_model, "--prompt", "a b", "--num_beams", "2", "--max_new_tokens", 10**12)
+    assert_one_error_line(done, "max_new_tokens: beam search keeps 2 x")
+
+
+@pytest.fixture(scope="module")
+def endless_model(tmp_path_factory):
+    """A tiny saved plain LSTM that never writes <eos>: a sample runs to --max_new_tokens."""
+    from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+
+    d = tmp_path_factory.mktemp("endless")
+    tok = build_word_level_tokenizer(["a b c a b c d", "e f a b"])
+    eos = tok.eos_token_id
+    model = tiny_model(vocab_size=len(tok), eos_token_id=eos, pad_token_id=eos, bos_token_id=eos, use_pointer=False)
+    with torch.no_grad():
+        model.lm_head.bias[eos] = -1e4
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    return d
+
+
+def read_until(proc, stream, enough, timeout=300) -> bytes:
+    """What the running process writes to `stream` until `enough(what so far)`, the stream closes or `timeout` s."""
+    got, deadline = b"", time.monotonic() + timeout
+    while not enough(got) and time.monotonic() < deadline:
+        if select.select([stream], [], [], 1)[0]:
+            if not (chunk := os.read(stream.fileno(), 4096)):
+                break
+            got += chunk
+    return got
+
+
+@contextlib.contextmanager
+def started(script: str, *args):
+    """The script running as `python SCRIPT ARGS...` (its own process: a signal reaches it, not a shell), killed at
+    the end if it still runs."""
+    cmd = [sys.executable, str(ROOT / "examples" / script), *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=script_env())
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def ctrl_c(proc, script: str, *, out: bytes = b"", err: bytes = b"") -> tuple[str, str]:
+    """Ctrl+C (SIGINT) to the script's process: it ends in one line, `SCRIPT: stopped by Ctrl+C`, exit status 130, no
+    traceback. Returns (stdout, stderr), with what was read of them before."""
+    proc.send_signal(signal.SIGINT)
+    more_out, more_err = proc.communicate(timeout=120)
+    stdout, stderr = (out + more_out).decode(), (err + more_err).decode()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == f"{script}: stopped by Ctrl+C", stderr[-3000:]
+    return stdout, stderr
+
+
+def test_generate_streams_a_long_request_and_ctrl_c_stops_it_in_one_line(endless_model):
+    """--max_new_tokens 10**9: the words appear as they come (the process still running), the request is told how to
+    stop, and Ctrl+C ends the line written so far and the script in one line on stderr."""
+    with started("generate.py", endless_model, "--prompt", "a b", "--max_new_tokens", 10**9, "--do_sample") as proc:
+        out = read_until(proc, proc.stdout, lambda got: len(got.split()) >= 12)
+        assert len(out.split()) >= 12 and proc.poll() is None, (out, proc.poll())  # words before the end
+        stdout, stderr = ctrl_c(proc, "generate.py", out=out)
+    assert stdout.startswith("a b ") and stdout.endswith("\n") and stdout.count("\n") == 1, stdout[-300:]
+    assert "generating up to 1,000,000,000 new tokens; Ctrl+C stops it" in stderr
+
+
+def test_try_pretrained_shows_a_long_requests_progress_and_ctrl_c_stops_it_in_one_line():
+    """A shipped folder samples to --max_new_tokens (its generation config has no <eos>): 10**9 tokens show a
+    progress bar, the request is told how to stop, and Ctrl+C ends the script in one line on stderr."""
+    folder = ROOT / "pretrained" / "ptb-lstm-2x200"
+    with started("try_pretrained.py", "--model", folder, "--max_new_tokens", 10**9) as proc:
+        err = read_until(proc, proc.stderr, lambda got: got.count(b"generating: ") >= 2)  # drawn, then updated
+        assert b"generating: " in err and proc.poll() is None, (err[-2000:], proc.poll())
+        stdout, stderr = ctrl_c(proc, "try_pretrained.py", err=err)
+    assert "Ctrl+C stops it" in stderr and "sample:" not in stdout
+
+
+def test_a_pickled_model_on_a_torch_with_an_unsafe_unpickler_is_refused_in_one_line(saved_model, tmp_path):
+    """torch below 2.10 (faked in the script's own process): a folder whose weights are a pickle alone is not read,
+    and generate.py says which CVE and which torch to install; the same folder loads on this torch."""
+    import shutil
+
+    folder = shutil.copytree(saved_model, tmp_path / "pickled")
+    state = __import__("safetensors.torch", fromlist=["load_file"]).load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+    fake = ("import runpy, sys, torch; torch.__version__ = '2.9.1+cpu'; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
+    args = [str(ROOT / "examples" / "generate.py"), str(folder), "--prompt", "a b", "--max_new_tokens", "2"]
+    done = subprocess.run(
+        [sys.executable, "-c", fake, *args], capture_output=True, text=True, cwd=ROOT, env=script_env()
+    )
+    assert_only_an_error_line(done, "generate.py", "CVE-2026-24747", "torch>=2.10", "pytorch_model.bin")
+    assert run_script("generate.py", folder, "--prompt", "a b", "--max_new_tokens", "2").returncode == 0
