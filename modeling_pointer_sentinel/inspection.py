@@ -44,8 +44,10 @@ def explain(out, ids, config, targets=None, top_k: int = 10) -> Explanation:
     first occurrence included, is read in its own column, as the model's loss reads it); `config` gives the
     vocabulary size and `<unk>`. The plain LSTM (use_pointer=False) reads g = 1 and a = 0."""
     logits = out.logits[0]
-    log_p = torch.log_softmax(logits.float(), -1)  # the mixture is normalised already; the plain model's is not
-    log_pv = torch.log_softmax(out.vocab_logits[0].float(), -1)  # (T, V) log p_vocab
+    # in float64: a float32 log-softmax over tens of thousands of columns is off by 1e-5 of p; the mixture is
+    # normalised already, the plain model's logits are not
+    log_p = torch.log_softmax(logits.double(), -1)
+    log_pv = torch.log_softmax(out.vocab_logits[0].double(), -1)  # (T, V) log p_vocab
     T, L = log_p.shape[0], out.pointer_attention.shape[-1]
     V, unk = config.vocab_size, config.unk_token_id
     gate, attention = out.gate[0, -T:].double(), out.pointer_attention[0, -T:].double()

@@ -203,6 +203,7 @@ def test_config_round_trip_keeps_every_field(tmp_path):
             "adaptive_softmax_div_value"}  # fmt: skip
     assert ours <= set(changed), sorted(ours - set(changed))
     del changed["oov_pointer"]  # needs the pointer, which the flipped use_pointer turns off: round-tripped below
+    del changed["speller_size"], changed["vocab_limit"]  # need more slots than the window holds: below too
     cfg = PointerSentinelConfig(**changed)
     cfg.save_pretrained(tmp_path)
     again = PointerSentinelConfig.from_pretrained(tmp_path)
@@ -211,3 +212,8 @@ def test_config_round_trip_keeps_every_field(tmp_path):
     assert again.num_layers == changed["num_hidden_layers"]
     PointerSentinelConfig(oov_slots=4, unk_token_id=2, oov_pointer=True).save_pretrained(tmp_path / "oov")
     assert PointerSentinelConfig.from_pretrained(tmp_path / "oov").oov_pointer is True
+    spelled = dict(vocab_size=20, oov_slots=6, pointer_window=5, unk_token_id=2, eos_token_id=0, speller_size=4,
+                   vocab_limit=10)  # fmt: skip
+    PointerSentinelConfig(**spelled).save_pretrained(tmp_path / "spelled")
+    again = PointerSentinelConfig.from_pretrained(tmp_path / "spelled")
+    assert (again.speller_size, again.vocab_limit) == (4, 10)
