@@ -479,9 +479,12 @@ def pointer_mixture(vocab_log_probs: torch.Tensor, log_gate: torch.Tensor, log_a
     held = in_window(log_attention)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in (vocab_log_probs, log_gate, log_attention))):
         # No gradient (decoding, scoring): the mass per word by scatter, shifted by each word's largest log attention
-        # so that no term underflows; duplicate ids then write equal values.
-        top = torch.full_like(log_p, -torch.inf).scatter_reduce_(-1, window_ids, log_attention, "amax")
-        shift = top.gather(-1, window_ids)
+        # (found among the window's L slots, not over the vocabulary) so that no term underflows; duplicate ids then
+        # write equal values.
+        shift = log_attention  # an empty window (the plain LSTM's) has nothing to shift: amax needs a slot
+        if window_ids.shape[-1]:
+            same_word = window_ids.unsqueeze(-1) == window_ids.unsqueeze(-2)  # (..., L, L)
+            shift = log_attention.unsqueeze(-2).masked_fill(~same_word, -torch.inf).amax(-1)
         shift = torch.where(shift > -torch.inf, shift, 0)  # a word's slots all share its shift
         mass = torch.zeros_like(log_p).scatter_add_(-1, window_ids, torch.exp(log_attention - shift))
         word_log_mass = _safe_log(mass.gather(-1, window_ids)) + shift
