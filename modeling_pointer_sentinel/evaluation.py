@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache
+from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, _logsumexp_where
 from .tokenization import ends_lines_with_eos
 from .training import number_slots_per_row, shard_streams, word_count
 
@@ -235,10 +235,9 @@ class NeuralCache:
         valid = (j < t) & (j >= t - self.window)  # strictly earlier keys: h_t's own next token is the target
         scores = scores.masked_fill(~valid, -torch.inf)
         hit = valid & (values[:, None, :] == y[:, :, None])
-        any_key, any_hit = valid.any(-1).expand(B, -1), hit.any(-1)
+        any_key = valid.any(-1).expand(B, -1)
         lse_all = torch.logsumexp(scores.masked_fill(~any_key[..., None], 0), -1)
-        lse_hit = torch.logsumexp(scores.masked_fill(~hit, -torch.inf).masked_fill(~any_hit[..., None], 0), -1)
-        log_cache = torch.where(any_hit, lse_hit - lse_all, -torch.inf)
+        log_cache = _logsumexp_where(scores, hit) - lse_all  # -inf where no key holds y
         self.keys, self.values = keys[:, -self.window :], values[:, -self.window :]
         return log_cache, any_key
 

@@ -1295,13 +1295,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         # the word step before each position, or at it; step 0 of these is the cache's (else an empty start)
         start = cache.spell_anchor or SpellAnchor(h.new_zeros(B, cfg.output_size), input_ids.new_full((B, L, K), -1),
                                                   h.new_full((B, L), -torch.inf), h.new_zeros(B))  # fmt: skip
-        steps_h = torch.cat([start.h.unsqueeze(1).to(h.dtype), h], 1)
-        if Tw:
-            anchor_parts = [(steps_h, None), (window_spellings, start.window_spellings), (log_copy, start.log_copy),
-                            (log_new, start.log_new)]  # fmt: skip
-            steps_all = [steps_h] + [torch.cat([b.unsqueeze(1).to(a.dtype), a], 1) for a, b in anchor_parts[1:]]
-        else:
-            steps_all = [steps_h] + [b.unsqueeze(1) for b in start[1:]]
+        # each anchor field over the steps: the cache's, then this call's (none without a word step)
+        now = (h, window_spellings, log_copy, log_new) if Tw else (None,) * 4
+        steps_all = [b.unsqueeze(1) if a is None else torch.cat([b.unsqueeze(1).to(a.dtype), a], 1)
+                     for a, b in zip(now, start, strict=True)]  # fmt: skip
         at = torch.tensor(anchors, device=device) + 1  # (B, T)
         gathered = [t[torch.arange(B, device=device)[:, None], at] for t in steps_all]
         a_h, a_window, a_copy, a_new = gathered
