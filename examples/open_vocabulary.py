@@ -44,12 +44,12 @@ def main(argv=None):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from modeling_pointer_sentinel import PointerSentinelForCausalLM
     from modeling_pointer_sentinel.spelling import (
         spell_stream,
         spelled_bits_per_byte,
         speller_pairs,
         train_speller,
+        with_speller,
         word_spellings,
     )
     from modeling_pointer_sentinel.training import encode_lines
@@ -72,10 +72,7 @@ def main(argv=None):
     }
     h, words = speller_pairs(word_model, ids["train"], rare)
     print(f"{len(words):,} training occurrences of {len(rare):,} words seen at most {args.max_train_count} times")
-    config = word_model.config.to_dict() | {"speller_size": args.speller_size, "vocab_limit": args.vocab_limit}
-    model = PointerSentinelForCausalLM(type(word_model.config).from_dict(config))
-    missing = model.load_state_dict(word_model.state_dict(), strict=False).missing_keys
-    assert all(k.startswith("speller.") for k in missing), missing
+    model = with_speller(word_model, args.speller_size, vocab_limit=args.vocab_limit)
     history = train_speller(model.speller, h, words, spellings, epochs=args.epochs, lr=args.lr)
     model.eval()
     settings = ("model", "vocab_limit", "max_train_count", "speller_size", "epochs", "lr")

@@ -3,6 +3,7 @@ become their UTF-8 bytes and `</w>`, `config.vocab_limit` = K folds their p_voca
 trained on the training split's rare words, and a text is scored in bits per byte, split by how often each word was
 seen in training (Mielke & Eisner's buckets: 0, 1-100, over 100)."""
 
+import copy
 import math
 
 import torch
@@ -49,14 +50,51 @@ def speller_pairs(model: PointerSentinelForCausalLM, ids: torch.Tensor, rare: se
     return torch.cat(hs), torch.cat(words)
 
 
-def train_speller(speller: Speller, h: torch.Tensor, words: torch.Tensor, spellings: dict, epochs: int = 3,
-                  batch_size: int = 256, lr: float = 2e-3, seed: int = 0, say=print) -> list[float]:  # fmt: skip
-    """Maximum likelihood of each rare word's spelling given its context h_t (Adam, the mean over symbols); returns
-    each epoch's bits per symbol."""
-    K = max(map(len, spellings.values()))
-    table = torch.full((int(words.max()) + 1, K), -1, dtype=torch.long)
+def with_speller(word_model: PointerSentinelForCausalLM, speller_size: int, **config) -> PointerSentinelForCausalLM:
+    """The word model with a new, untrained speller of `speller_size` units (`config` may also set vocab_limit); every
+    other weight is the word model's own."""
+    settings = word_model.config.to_dict() | {"speller_size": speller_size} | config
+    model = PointerSentinelForCausalLM(type(word_model.config).from_dict(settings))
+    missing = model.load_state_dict(word_model.state_dict(), strict=False).missing_keys
+    assert all(k.startswith("speller.") for k in missing), missing
+    model.generation_config = copy.deepcopy(word_model.generation_config)
+    return model.to(word_model.device)
+
+
+def _spelling_table(words: torch.Tensor, spellings: dict) -> torch.Tensor:
+    """(max word id + 1, K): each word's symbols, padded with -1."""
+    table = torch.full((int(words.max()) + 1, max(map(len, spellings.values()))), -1, dtype=torch.long)
     for w in words.unique().tolist():
         table[w, : len(spellings[w])] = torch.tensor(spellings[w])
+    return table
+
+
+def _spelling_log_probs(speller: Speller, h: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
+    """log p_spell of each symbol (-1: padding, 0 there) of each row's word given its h: (N, K)."""
+    symbols = symbols[:, : int((symbols >= 0).sum(-1).max())]
+    log_p = speller(h, symbols).gather(-1, symbols.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return log_p.masked_fill(symbols < 0, 0)
+
+
+@torch.no_grad()
+def speller_bits_per_byte(speller: Speller, h: torch.Tensor, words: torch.Tensor, spellings: dict,
+                          batch_size: int = 1024) -> float:  # fmt: skip
+    """The speller's bits per symbol (each byte and the word's end) on (h, word) pairs: the cost of writing those
+    words as new words, what the settings of `train_speller` are chosen on."""
+    table, bits, symbols = _spelling_table(words, spellings), 0.0, 0
+    for i in range(0, len(words), batch_size):
+        spelled = table[words[i : i + batch_size]]
+        bits -= _spelling_log_probs(speller, h[i : i + batch_size], spelled).sum().item() / math.log(2)
+        symbols += int((spelled >= 0).sum())
+    return bits / symbols
+
+
+def train_speller(speller: Speller, h: torch.Tensor, words: torch.Tensor, spellings: dict, epochs: int = 3,
+                  batch_size: int = 256, lr: float = 2e-3, seed: int = 0, say=print,
+                  after_epoch=None) -> list[float]:  # fmt: skip
+    """Maximum likelihood of each rare word's spelling given its context h_t (Adam, the mean over symbols); returns
+    each epoch's bits per symbol. `after_epoch(epoch)`, if given, runs after each epoch (1, 2, ...)."""
+    table = _spelling_table(words, spellings)
     optimizer = torch.optim.Adam(speller.parameters(), lr=lr)
     generator, history = torch.Generator().manual_seed(seed), []
     for epoch in range(epochs):
@@ -64,17 +102,17 @@ def train_speller(speller: Speller, h: torch.Tensor, words: torch.Tensor, spelli
         for i in tqdm(range(0, len(words), batch_size), desc=f"speller epoch {epoch + 1}", leave=False):
             pick = order[i : i + batch_size]
             symbols = table[words[pick]]
-            symbols = symbols[:, : int((symbols >= 0).sum(-1).max())]
-            log_p = speller(h[pick], symbols).gather(-1, symbols.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-            real = symbols >= 0
-            loss = -log_p[real].mean()
+            real = int((symbols >= 0).sum())
+            loss = -_spelling_log_probs(speller, h[pick], symbols).sum() / real
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(speller.parameters(), 1.0)
             optimizer.step()
-            total, count = total + loss.item() * int(real.sum()), count + int(real.sum())
+            total, count = total + loss.item() * real, count + real
         history.append(total / count / math.log(2))
         say(f"speller epoch {epoch + 1}: {history[-1]:.3f} bits per symbol")
+        if after_epoch is not None:
+            after_epoch(epoch + 1)
     return history
 
 

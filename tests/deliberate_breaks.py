@@ -727,6 +727,42 @@ MUTS = [
         ["tests/test_packaging.py::test_version_floors"],
     ),
     (
+        "add_speller: the last trained speller saved, not the one chosen on validation",
+        "examples/add_speller.py",
+        "    model.speller.load_state_dict(state)\n",
+        "    model.speller.load_state_dict(speller.state_dict())\n",
+        ["tests/test_add_speller.py"],
+    ),
+    (
+        "add_speller: the grid chosen by its training figure, not validation",
+        "examples/add_speller.py",
+        "                bits = speller_bits_per_byte(speller, valid_h, valid_words, spellings)",
+        "                bits = speller_bits_per_byte(speller, h[pick], words[pick], spellings)",
+        ["tests/test_add_speller.py"],
+    ),
+    (
+        "add_speller: the speller's words of every count, not the rare ones",
+        "examples/add_speller.py",
+        "        return {w for w in range(V) if 0 < counts[w] <= n and w not in special}",
+        "        return {w for w in range(V) if 0 < counts[w] and w not in special}",
+        ["tests/test_add_speller.py"],
+    ),
+    (
+        "add_speller: the word model's weights trained along with the speller",
+        "modeling_pointer_sentinel/spelling.py",
+        "    missing = model.load_state_dict(word_model.state_dict(), strict=False).missing_keys",
+        "    missing = model.load_state_dict({k: v + 0.01 for k, v in word_model.state_dict().items()}, "
+        "strict=False).missing_keys",
+        ["tests/test_add_speller.py"],
+    ),
+    (
+        "add_speller: a folder with a speller already given a second",
+        "examples/add_speller.py",
+        "    if word_model.config.speller_size:\n",
+        "    if False:\n",
+        ["tests/test_add_speller.py"],
+    ),
+    (
         "speller: a window word's copy mass counted whatever bytes came before",
         M,
         "starts = same.all(-1) & (log_copy > -torch.inf)",

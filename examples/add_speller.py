@@ -1,0 +1,127 @@
+"""Give a word-level model folder a speller, so that its ids carry the text: a word its vocabulary lacks is written in
+its UTF-8 bytes (the tokenizer in spell mode) and scored by the speller, p_spell(word | h_t), conditioned on the word
+LSTM's output; the pointer then copies the spelled word when it recurs (modeling_pointer_sentinel.py, "the ids carry
+the text"). The word model's own weights are left as they are, so text in corpus form scores exactly as before.
+
+Each setting of the grid trains a speller on the training split's words seen at most --max_train_count times (the
+rare words, closest to the words it will spell), from the folder's own contexts. The one with the fewest bits per
+symbol on the validation split's words seen at most --valid_max_count times in training is saved, with its epoch.
+
+    python examples/add_speller.py pretrained/wt2-pointer-sentinel-lstm-2x200 out/wt2-pointer-speller \\
+        --max_train_count 5 20 50 --speller_size 128 256 --epochs 3 --output_json speller_grid.json
+"""
+
+import argparse
+import copy
+import json
+from pathlib import Path
+
+from cli import (
+    ArgumentParser,
+    add_data_arguments,
+    check_model_folder,
+    check_ranges,
+    fail,
+    load_saved_model,
+    load_splits,
+    non_negative,
+    positive,
+)
+
+
+def parse_args(argv=None):
+    p = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", help="a word-level model folder (its tokenizer and weights)")
+    p.add_argument("output_dir", help="where the folder with its speller is saved")
+    add_data_arguments(p)
+    p.add_argument("--max_train_count", type=int, nargs="+", default=[20], help="the grid's training thresholds")
+    p.add_argument("--speller_size", type=int, nargs="+", default=[256], help="the grid's speller widths")
+    p.add_argument("--epochs", type=int, default=3, help="each setting's epochs; every epoch is a candidate")
+    p.add_argument("--valid_max_count", type=int, default=20, help="the validation words the grid is chosen on")
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num_threads", type=int, default=None)
+    p.add_argument("--output_json", help="the grid's figures and the choice")
+    args = p.parse_args(argv)
+    check_ranges(p, args, [("--max_train_count", positive, "positive"),
+                           ("--speller_size", positive, "positive"),
+                           ("--epochs", positive, "positive"), ("--valid_max_count", positive, "positive"),
+                           ("--lr", positive, "positive"), ("--seed", non_negative, ">= 0")])  # fmt: skip
+    check_model_folder(p, "model", args.model)
+    if Path(args.output_dir).resolve() == Path(args.model).resolve():
+        p.error("output_dir must differ from model: the word model's folder is read, not overwritten")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+
+    from modeling_pointer_sentinel.spelling import (
+        speller_bits_per_byte,
+        speller_pairs,
+        train_speller,
+        with_speller,
+        word_spellings,
+    )
+    from modeling_pointer_sentinel.tokenization import spelling_vocabulary
+    from modeling_pointer_sentinel.training import encode_lines
+
+    if args.num_threads:
+        torch.set_num_threads(args.num_threads)
+    tok, word_model = load_saved_model(args.model)
+    if word_model.config.speller_size:
+        fail(f"{args.model} has a speller already")
+    try:
+        spelled_tok = spelling_vocabulary(tok)
+    except ValueError as e:
+        fail(f"{args.model}: {e}")
+    splits = load_splits(args)
+    if "validation" not in splits:
+        fail("the data flags name no validation split: the grid is chosen on it")
+    V = word_model.config.vocab_size
+    ids = {s: encode_lines(tok, splits[s]) for s in ("train", "validation")}
+    counts = torch.bincount(ids["train"][ids["train"] < V], minlength=V)
+    spellings = word_spellings(tok, range(V))
+    special = {tok.unk_token_id, tok.eos_token_id}
+
+    def seen_at_most(n):
+        return {w for w in range(V) if 0 < counts[w] <= n and w not in special}
+
+    h, words = speller_pairs(word_model, ids["train"], seen_at_most(max(args.max_train_count)))
+    valid_h, valid_words = speller_pairs(word_model, ids["validation"], seen_at_most(args.valid_max_count))
+    print(f"validation: {len(valid_words):,} occurrences of words seen at most {args.valid_max_count} times")
+    grid, best = [], None
+    for n in args.max_train_count:
+        pick = counts[words] <= n
+        for size in args.speller_size:
+            torch.manual_seed(args.seed)
+            speller = with_speller(word_model, size).speller
+
+            def score(epoch, n=n, size=size, speller=speller):
+                nonlocal best
+                bits = speller_bits_per_byte(speller, valid_h, valid_words, spellings)
+                grid.append({"max_train_count": n, "speller_size": size, "epoch": epoch, "valid_bits": bits})
+                print(f"max_train_count {n}, speller_size {size}, epoch {epoch}: {bits:.4f} validation bits/symbol")
+                if best is None or bits < best[0]["valid_bits"]:
+                    best = grid[-1], copy.deepcopy(speller.state_dict())
+
+            print(f"max_train_count {n}: {int(pick.sum()):,} training occurrences")
+            train_speller(speller, h[pick], words[pick], spellings, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                          after_epoch=score)  # fmt: skip
+    choice, state = best
+    model = with_speller(word_model, choice["speller_size"])
+    model.speller.load_state_dict(state)
+    model.save_pretrained(args.output_dir)
+    spelled_tok.save_pretrained(args.output_dir)
+    print(f"chosen on validation: {json.dumps(choice)}; saved to {args.output_dir}")
+    if args.output_json:
+        settings = ("model", "max_train_count", "speller_size", "epochs", "valid_max_count", "lr", "seed")
+        result = {k: getattr(args, k) for k in settings} | {"grid": grid, "chosen": choice}
+        result["valid_occurrences"] = len(valid_words)
+        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output_json).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
