@@ -44,6 +44,7 @@ from cli import (  # noqa: E402
     load_sources,
     non_negative,
     positive,
+    saved_config,
 )
 
 # a small grid around Grave et al.'s and AWD-LSTM's values (WT2: window 3785, theta 0.662, lambda 0.1279)
@@ -320,6 +321,10 @@ def main(argv=None):
     # Every check of the input comes before the weights load (and their progress bar): the tokenizer, the configs,
     # the data and its streams first.
     tok = load_saved_tokenizer(args.model)
+    spelling = bool(saved_config(args.model).get("speller_size"))
+    if spelling and (given := [f"--{f}" for f in SPELLED_FLAGS if getattr(args, f)]):
+        fail(f"{' '.join(given)}: not with a speller (config.speller_size) yet; this folder scores its text in bits "
+             "per byte")  # fmt: skip
     if args.compare:
         ours, theirs = (load_or_fail("config in", AutoConfig.from_pretrained, f) for f in (args.model, args.compare))
         if theirs.vocab_size != ours.vocab_size:
@@ -335,6 +340,8 @@ def main(argv=None):
         fail("--dynamic_grid chooses the hyperparameters on the validation split: give --validation_file")
     if args.compare and "train" not in splits:
         fail("--compare needs the training split for word frequencies: give --train_file")
+    if spelling:
+        return spelled_main(args, tok, splits)
     files = cached_split_files(args, tok, splits)
     mapped = {s: token_array(f) for s, f in files.items()}  # the streams read a batch at a time from these
     ids = SplitIds(files)  # whole int64 splits, loaded only by the analyses that need them (--dynamic, --plots, ...)
@@ -413,6 +420,56 @@ def main(argv=None):
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=2))
     print(summary(results, args, picture_positions))
+    return results
+
+
+SPELLED_FLAGS = ("cache", "cache_grid", "dynamic", "dynamic_grid", "compare", "plots", "oov_types", "unseen_as_unk")
+
+
+def spelled_main(args, tok, splits) -> dict:
+    """A folder with a speller (`config.speller_size`): the split's ids carry its text, every unseen word spelled, so
+    every word is scored as the model writes it: bits per byte of the text (each word's bytes and one separator)
+    beside the word perplexity, split by kind of word (vocabulary, copy: a spelled word the pointer's window holds,
+    new: any other spelled word). A row's first word has no context and is not scored."""
+    from modeling_pointer_sentinel.spelling import bits_per_byte_by_kind, spelled_words, word_nats
+
+    files = cached_split_files(args, tok, splits)
+    ids = torch.from_numpy(token_array(files[args.split]).astype("int64"))
+    tok, model = load_saved_model(args.model, tok)
+    V, L = model.config.vocab_size, model.config.pointer_window
+    owner, kinds, spelled = spelled_words(ids.tolist(), V, L)
+    if args.max_tokens and args.max_tokens + 1 < len(ids):  # the first N targets, back to a word's end
+        last = int(owner[args.max_tokens]) - (int(owner[args.max_tokens + 1]) == int(owner[args.max_tokens]))
+        keep = int((owner <= last).sum())
+        ids, owner, kinds, spelled = ids[:keep], owner[:keep], kinds[: last + 1], spelled[: last + 1]
+    word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
+    word_ids[owner[ids < V]] = ids[ids < V]
+    vocab_bytes = torch.tensor([len(t.encode()) + 1 for t in tok.convert_ids_to_tokens(list(range(V)))])
+    vocab_bytes[tok.eos_token_id] = 0  # the line break: the separator of the word before it
+    word_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
+    try:
+        with tqdm(total=len(ids), desc=args.split, unit="tok") as bar:
+            nats = word_nats(model, ids, owner, args.batch_size, args.bptt, progress=bar)
+    except ValueError as e:
+        fail(e)
+    figures = bits_per_byte_by_kind(nats, kinds, word_bytes)
+    results = {"split": args.split, "tokens": len(ids), "ppl": figures["word_perplexity"], **figures,
+               "measure": "every word scored as the ids carry it (a spelled word: its bytes and `</w>`); bits per "
+               "byte over each word's UTF-8 bytes and one separator"}  # fmt: skip
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps(results, indent=2))
+    lines = [
+        f"{args.split} split, {figures['words']:,} words ({len(ids):,} ids), {figures['bytes']:,} bytes",
+        f"bits per byte {figures['bits_per_byte']:.4f}; word perplexity {figures['word_perplexity']:.2f}",
+    ]
+    for kind in ("vocabulary", "copy", "new"):
+        if kind in figures:
+            k = figures[kind]
+            lines.append(f"  {kind:10s} {k['words']:>9,} words  {k['bits_per_byte']:.3f} bits per byte  "
+                         f"{k['bits_share']:.1%} of the bits")  # fmt: skip
+    if args.output_json:
+        lines.append(f"all results: {args.output_json}")
+    print("\n".join(lines))
     return results
 
 

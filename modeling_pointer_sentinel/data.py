@@ -150,8 +150,9 @@ def _digest(obj) -> str:
 
 def tokenizer_key(tokenizer) -> dict:
     backend = tokenizer.backend_tokenizer
+    spelling = {"spell_unseen": True} if getattr(tokenizer, "spell_unseen", False) else {}  # its ids differ
     return {"tokenizer_json": hashlib.sha256(backend.to_str().encode()).hexdigest(),
-            "eos": tokenizer.eos_token_id, "line_rule": ends_lines_with_eos(tokenizer)}  # fmt: skip
+            "eos": tokenizer.eos_token_id, "line_rule": ends_lines_with_eos(tokenizer), **spelling}  # fmt: skip
 
 
 def _replace_atomically(write, target: Path):
@@ -250,8 +251,11 @@ class _Encoder:
     def __init__(self, tokenizer, dtype):
         self.backend, self.eos, self.dtype = tokenizer.backend_tokenizer, tokenizer.eos_token_id, dtype
         self.line_rule = ends_lines_with_eos(tokenizer)
-        self.words = WordMemo(tokenizer, dtype) if self.line_rule and word_local(tokenizer) else None
-        self.vocab_size = self.backend.get_vocab_size(with_added_tokens=True)
+        # spell mode writes an unseen word in bytes, which the backend alone reads as <unk>: its own encoding
+        self.spelling = tokenizer if getattr(tokenizer, "spell_unseen", False) else None
+        local = self.line_rule and word_local(tokenizer) and self.spelling is None
+        self.words = WordMemo(tokenizer, dtype) if local else None
+        self.vocab_size = len(tokenizer) if self.spelling else self.backend.get_vocab_size(with_added_tokens=True)
 
     def text(self, text: str) -> np.ndarray:
         """Ids of a block of whole lines (`TextSource.text_blocks`)."""
@@ -262,6 +266,9 @@ class _Encoder:
     def lines(self, lines: list[str]) -> np.ndarray:
         if self.words:
             return self.words.encode(lines)
+        if self.spelling is not None:  # each line with its line break, as `training.encode_lines` encodes it
+            rows = self.spelling([line + "\n" for line in lines], add_special_tokens=False).input_ids
+            return np.fromiter((i for row in rows for i in row), self.dtype)
         return _encode_lines(self.backend, lines, self.line_rule, self.eos, self.dtype)
 
 

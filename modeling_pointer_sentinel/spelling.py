@@ -39,7 +39,7 @@ def speller_pairs(model: PointerSentinelForCausalLM, ids: torch.Tensor, rare: se
     (n,), what the speller learns to spell from."""
     streams = shard_streams(ids, batch_size)
     cache, hs, words = PointerSentinelCache(), [], []
-    is_rare = torch.zeros(int(ids.max()) + 1, dtype=torch.bool)
+    is_rare = torch.zeros(max([int(ids.max()), *rare]) + 1, dtype=torch.bool)
     is_rare[list(rare)] = True
     for start in tqdm(range(0, streams.shape[1] - 1, bptt), desc="speller pairs", leave=False):
         x, y = streams[:, start : start + bptt], streams[:, start + 1 : start + bptt + 1]
@@ -139,4 +139,83 @@ def spelled_bits_per_byte(model: PointerSentinelForCausalLM, ids: torch.Tensor, 
         if pick.any():
             words_bits = bits[pick].sum().item() / word_bytes[pick].sum().item()
             result[f"train_count_{lo}-{hi}"] = {"words": int(pick.sum()), "bits_per_byte": words_bits}
+    return result
+
+
+# ---- bits per byte of any text a spelling folder reads, split by kind of word ----------------------------------------
+
+WORD_KINDS = ("vocabulary", "copy", "new")
+
+
+def spelled_words(ids: list[int], V: int, L: int) -> tuple[torch.Tensor, list[str], list[int]]:
+    """The words of a spell-mode id stream: per id, the index of its word (a spelled word's bytes, `<+w>` and `</w>`
+    share their word's); per word, its kind (a vocabulary word: an id below V; a copy: a spelled word that one of the
+    last L words before it spells alike, so the pointer's window holds it; new: any other spelled word) and its
+    spelled bytes (0 for a vocabulary word)."""
+    owner, kinds, spelled, window, word = [], [], [], [], []
+    for x in ids:
+        owner.append(len(kinds))
+        if x < V:
+            kinds.append("vocabulary")
+            spelled.append(0)
+            window.append(None)
+        elif x - V == SPELL_END:
+            kinds.append("copy" if tuple(word) in window[-L:] else "new")
+            spelled.append(sum(s < 256 for s in word))
+            window.append(tuple(word))
+            word = []
+        else:
+            word.append(x - V)
+    if word:
+        raise ValueError("The ids end inside a spelled word: its `</w>` is missing.")
+    return torch.tensor(owner), kinds, spelled
+
+
+@torch.no_grad()
+def word_nats(model: PointerSentinelForCausalLM, ids: torch.Tensor, owner: torch.Tensor, batch_size: int = 10,
+              bptt: int = 200, progress=None) -> torch.Tensor:  # fmt: skip
+    """-log p of each word of a spell-mode stream (float64, one per word; a spelled word's is the sum over its bytes
+    and `</w>`), read as `batch_size` rows of consecutive whole words with the state carried across `bptt` chunks.
+    A row's first word has no context: NaN."""
+    n = int(owner[-1]) + 1
+    if not 0 < batch_size < n:
+        raise ValueError(f"{n} words cannot fill {batch_size} rows of at least two words.")
+    firsts = torch.searchsorted(owner, torch.arange(batch_size) * n // batch_size)  # each row starts a word
+    ends = [*firsts[1:].tolist(), len(ids)]
+    width = max(e - s for s, e in zip(firsts.tolist(), ends, strict=True))
+    rows = ids.new_zeros(batch_size, width)
+    mask = torch.zeros(batch_size, width, dtype=torch.bool)
+    who = owner.new_full((batch_size, width), -1)
+    for b, (s, e) in enumerate(zip(firsts.tolist(), ends, strict=True)):
+        rows[b, : e - s], mask[b, : e - s], who[b, : e - s] = ids[s:e], True, owner[s:e]
+    nats = torch.zeros(n, dtype=torch.float64)
+    cache, device = PointerSentinelCache(), model.device
+    for start in range(0, width - 1, bptt):
+        k = min(bptt, width - 1 - start)
+        x, y = rows[:, start : start + k], rows[:, start + 1 : start + k + 1]
+        out = model(x.to(device), attention_mask=mask[:, start : start + k].to(device), past_key_values=cache)
+        log_p = out.logits.gather(-1, y.to(device).unsqueeze(-1)).squeeze(-1).double().cpu()
+        counted = mask[:, start + 1 : start + k + 1]
+        nats.index_add_(0, who[:, start + 1 : start + k + 1][counted], -log_p[counted])
+        if progress is not None:
+            progress.update(int(counted.sum()))
+    nats[owner[firsts]] = math.nan
+    return nats
+
+
+def bits_per_byte_by_kind(nats: torch.Tensor, kinds: list[str], word_bytes: torch.Tensor) -> dict:
+    """Bits per byte over the scored words (NaN nats: unscored), each word counted with its bytes and one separator
+    (`word_bytes`), and the same per kind of word (`spelled_words`), with each kind's share of the words and bits."""
+    scored = ~nats.isnan()
+    bits = torch.where(scored, nats, 0) / math.log(2)
+    total_bits, total_bytes = bits.sum().item(), word_bytes[scored].sum().item()
+    result = {"bits_per_byte": total_bits / total_bytes, "words": int(scored.sum()), "bytes": int(total_bytes),
+              "word_perplexity": math.exp(nats[scored].mean().item())}  # fmt: skip
+    kind = torch.tensor([WORD_KINDS.index(k) for k in kinds])
+    for i, name in enumerate(WORD_KINDS):
+        pick = scored & (kind == i)
+        if pick.any():
+            b, n_bytes = bits[pick].sum().item(), word_bytes[pick].sum().item()
+            result[name] = {"words": int(pick.sum()), "bytes": int(n_bytes), "bits_per_byte": b / n_bytes,
+                            "bits_share": b / total_bits}  # fmt: skip
     return result

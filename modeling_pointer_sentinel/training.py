@@ -60,6 +60,9 @@ def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
     if not lines:
         raise ValueError("The corpus is empty.")
     backend = tokenizer.backend_tokenizer
+    if getattr(tokenizer, "spell_unseen", False):  # the backend alone would read an unseen word as <unk>
+        return torch.tensor([i for row in tokenizer([line + "\n" for line in lines], add_special_tokens=False)
+                             .input_ids for i in row], dtype=torch.long)  # fmt: skip
     if ends_lines_with_eos(tokenizer):
         encodings = backend.encode_batch_fast([line + "\n" for line in lines], add_special_tokens=False)
         ids = [i for enc in encodings for i in enc.ids]

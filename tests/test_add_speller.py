@@ -43,11 +43,12 @@ def test_the_speller_chosen_on_validation_is_saved_and_corpus_text_scores_as_bef
     folder = word_folder(tmp_path)
     out, grid = tmp_path / "spelled", tmp_path / "grid.json"
     done = run_script("add_speller.py", folder, out, "--train_file", tmp_path / "train.txt", "--validation_file",
-                      tmp_path / "valid.txt", "--max_train_count", "2", "40", "--speller_size", "4", "8",
+                      tmp_path / "valid.txt", "--max_train_count", "40", "2", "--speller_size", "8", "4",
                       "--epochs", "3", "--lr", "0.05", "--output_json", grid)  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = json.loads(grid.read_text())
     assert len(result["grid"]) == 2 * 2 * 3 and result["chosen"] == min(result["grid"], key=lambda r: r["valid_bits"])
+    assert result["chosen"] != result["grid"][-1]  # so a script that saved its last speller would show below
     tok, m = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).eval()
     word_tok, word = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
     assert tok.spell_unseen and m.config.speller_size == result["chosen"]["speller_size"]

@@ -1,0 +1,78 @@
+"""Scoring text with a spelling folder (`config.speller_size`): every word as the ids carry it, in bits per byte beside
+the word perplexity, split by kind of word (vocabulary, copy, new). The figures are the model's own forward, in any
+rows and chunks, and examples/evaluate.py reports them."""
+
+import json
+import math
+
+import pytest
+import torch
+from test_cli import run_script
+from test_spelled_forward import L, spelling_pair
+
+from modeling_pointer_sentinel.spelling import bits_per_byte_by_kind, spelled_words, word_nats
+from modeling_pointer_sentinel.training import encode_lines
+
+# "Kestrelwind" recurs inside the window (a copy), "Ambrecote" only after more than L words (new again)
+TEXT = ("the Kestrelwind was sunk the Kestrelwind was saved by the crew .\n"
+        "the Ambrecote was built . the ship of the line was sunk in the bay by the crew .\n"
+        "a ship of the line was saved . the Ambrecote was sunk .\n")  # fmt: skip
+
+
+def test_words_and_their_kinds_are_read_from_the_ids_alone(tmp_path):
+    tok, m = spelling_pair(tmp_path)
+    V = m.config.vocab_size
+    ids = tok(TEXT, add_special_tokens=False).input_ids
+    owner, kinds, spelled = spelled_words(ids, V, L)
+    words = TEXT.split()  # the text's words, with "\n" read as a word of its own (<eos>)
+    assert len(kinds) == len(words) + TEXT.count("\n")
+    names = [(k, s) for k, s in zip(kinds, spelled, strict=True) if s]
+    assert names == [("new", 11), ("copy", 11), ("new", 9), ("new", 9)]
+    assert sorted(set(owner.tolist())) == list(range(len(kinds))) and owner.tolist() == sorted(owner.tolist())
+    assert encode_lines(tok, TEXT.splitlines()).tolist() == ids  # the training and evaluation stream spells too
+    with pytest.raises(ValueError, match="end inside a spelled word"):
+        spelled_words(ids[:3], V, L)
+
+
+@pytest.mark.parametrize("rows,bptt", [(1, 7), (3, 5), (2, 1000)])
+def test_each_words_nats_are_the_whole_forwards_in_any_rows_and_chunks(tmp_path, rows, bptt):
+    tok, m = spelling_pair(tmp_path)
+    ids = torch.tensor(tok(TEXT, add_special_tokens=False).input_ids)
+    owner, kinds, spelled = spelled_words(ids.tolist(), m.config.vocab_size, L)
+    nats = word_nats(m.double(), ids, owner, batch_size=rows, bptt=bptt)
+    assert int(nats.isnan().sum()) == rows and math.isnan(nats[0])
+    firsts = nats.isnan().nonzero()[:, 0].tolist() + [len(kinds)]
+    for a, b in zip(firsts, firsts[1:], strict=False):  # each row is a forward of its own words
+        span = (owner >= a) & (owner < b)
+        row = ids[span][None]
+        with torch.no_grad():
+            whole = m(row, labels=row).target_log_probs[0, :-1]  # y_t for t = 1 ... (the last position has none)
+        got = torch.zeros(b - a, dtype=torch.float64).index_add_(0, owner[span][1:] - a, -whole.double())
+        torch.testing.assert_close(nats[a + 1 : b], got[1:], atol=1e-9, rtol=0)
+    word_bytes = torch.tensor([s + 1 if s else 4 for s in spelled])
+    figures = bits_per_byte_by_kind(nats, kinds, word_bytes)
+    scored = ~nats.isnan()
+    assert math.isclose(figures["bits_per_byte"] * figures["bytes"], nats[scored].sum().item() / math.log(2))
+    assert sum(figures[k]["words"] for k in ("vocabulary", "copy", "new")) == figures["words"] == len(kinds) - rows
+    assert math.isclose(sum(figures[k]["bits_share"] for k in ("vocabulary", "copy", "new")), 1.0)
+
+
+def test_evaluate_reports_bits_per_byte_by_kind_and_refuses_what_it_cannot_score(tmp_path):
+    tok, m = spelling_pair(tmp_path)
+    text = tmp_path / "text.txt"
+    text.write_text(TEXT)
+    out = tmp_path / "out.json"
+    done = run_script("evaluate.py", tmp_path, "--test_file", text, "--batch_size", "1", "--output_json", out)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    ids = torch.tensor(tok(TEXT, add_special_tokens=False).input_ids)
+    with torch.no_grad():
+        total = -m.double()(ids[None], labels=ids[None]).target_log_probs[0, :-1].sum().item()
+    assert math.isclose(result["bits_per_byte"] * result["bytes"], total / math.log(2), rel_tol=1e-6)
+    assert result["copy"]["words"] == 1 and result["new"]["words"] == 3 and "bits per byte" in done.stdout
+    assert result["bytes"] == len(TEXT.encode()) - len("the ")  # every byte of the text but the unscored first word
+    assert math.isclose(result["ppl"], math.exp(total / result["words"]), rel_tol=1e-6)
+    for flag in (["--cache"], ["--unseen_as_unk"]):
+        refused = run_script("evaluate.py", tmp_path, "--test_file", text, *flag)
+        assert refused.returncode == 2 and "not with a speller" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
