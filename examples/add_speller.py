@@ -4,8 +4,9 @@ LSTM's output; the pointer then copies the spelled word when it recurs (modeling
 the text"). The word model's own weights are left as they are, so text in corpus form scores exactly as before.
 
 Each setting of the grid trains a speller on the training split's words seen at most --max_train_count times (the
-rare words, closest to the words it will spell), from the folder's own contexts. The one with the fewest bits per
-symbol on the validation split's words seen at most --valid_max_count times in training is saved, with its epoch.
+rare words, closest to the words it will spell), from the folder's own contexts. One rare word in --held_out is kept
+from that training, so that the validation split's occurrences of those words are spellings the speller has never
+seen, as a new word's are: the setting and epoch with the fewest bits per symbol on them is saved.
 
     python examples/add_speller.py pretrained/wt2-pointer-sentinel-lstm-2x200 out/wt2-pointer-speller \\
         --max_train_count 5 20 50 --speller_size 128 256 --epochs 3 --output_json speller_grid.json
@@ -37,7 +38,9 @@ def parse_args(argv=None):
     p.add_argument("--max_train_count", type=int, nargs="+", default=[20], help="the grid's training thresholds")
     p.add_argument("--speller_size", type=int, nargs="+", default=[256], help="the grid's speller widths")
     p.add_argument("--epochs", type=int, default=3, help="each setting's epochs; every epoch is a candidate")
-    p.add_argument("--valid_max_count", type=int, default=20, help="the validation words the grid is chosen on")
+    p.add_argument("--valid_max_count", type=int, default=20, help="the held-out words are seen at most this often")
+    p.add_argument("--held_out", type=int, default=10, help="one word in N seen at most --valid_max_count times "
+                   "(by a checksum of its spelling) is kept from the speller's training")  # fmt: skip
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--num_threads", type=int, default=None)
@@ -46,6 +49,7 @@ def parse_args(argv=None):
     check_ranges(p, args, [("--max_train_count", positive, "positive"),
                            ("--speller_size", positive, "positive"),
                            ("--epochs", positive, "positive"), ("--valid_max_count", positive, "positive"),
+                           ("--held_out", lambda n: n >= 2, ">= 2"),
                            ("--lr", positive, "positive"), ("--seed", non_negative, ">= 0")])  # fmt: skip
     check_model_folder(p, "model", args.model)
     if Path(args.output_dir).resolve() == Path(args.model).resolve():
@@ -58,6 +62,7 @@ def main(argv=None):
     import torch
 
     from modeling_pointer_sentinel.spelling import (
+        held_out,
         speller_bits_per_byte,
         speller_pairs,
         train_speller,
@@ -88,12 +93,19 @@ def main(argv=None):
     def seen_at_most(n):
         return {w for w in range(V) if 0 < counts[w] <= n and w not in special}
 
-    h, words = speller_pairs(word_model, ids["train"], seen_at_most(max(args.max_train_count)))
-    valid_h, valid_words = speller_pairs(word_model, ids["validation"], seen_at_most(args.valid_max_count))
-    print(f"validation: {len(valid_words):,} occurrences of words seen at most {args.valid_max_count} times")
+    held = {w for w in seen_at_most(args.valid_max_count) if held_out(spellings[w], args.held_out)}
+    h, words = speller_pairs(word_model, ids["train"], seen_at_most(max(args.max_train_count)) - held)
+    valid_h, valid_words = speller_pairs(word_model, ids["validation"], held)
+    if not len(valid_words):
+        fail(f"the validation split holds none of the {len(held)} held-out words (one in --held_out {args.held_out} of "
+             f"those seen at most --valid_max_count {args.valid_max_count} times): the grid cannot be chosen")  # fmt: skip
+    print(f"validation: {len(valid_words):,} occurrences of {len(held):,} held-out words seen at most "
+          f"{args.valid_max_count} times in training")  # fmt: skip
     grid, best = [], None
     for n in args.max_train_count:
         pick = counts[words] <= n
+        if not pick.any():
+            fail(f"--max_train_count {n}: no training word outside the held-out ones is seen at most {n} times")
         for size in args.speller_size:
             torch.manual_seed(args.seed)
             speller = with_speller(word_model, size).speller
@@ -116,9 +128,9 @@ def main(argv=None):
     spelled_tok.save_pretrained(args.output_dir)
     print(f"chosen on validation: {json.dumps(choice)}; saved to {args.output_dir}")
     if args.output_json:
-        settings = ("model", "max_train_count", "speller_size", "epochs", "valid_max_count", "lr", "seed")
+        settings = ("model", "max_train_count", "speller_size", "epochs", "valid_max_count", "held_out", "lr", "seed")
         result = {k: getattr(args, k) for k in settings} | {"grid": grid, "chosen": choice}
-        result["valid_occurrences"] = len(valid_words)
+        result |= {"held_out_words": len(held), "valid_occurrences": len(valid_words)}
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output_json).write_text(json.dumps(result, indent=1) + "\n")
 

@@ -5,6 +5,7 @@ seen in training (Mielke & Eisner's buckets: 0, 1-100, over 100)."""
 
 import copy
 import math
+import zlib
 
 import torch
 from tqdm.auto import tqdm
@@ -18,6 +19,12 @@ FREQUENCY_BUCKETS = ((0, 0), (1, 100), (101, math.inf))
 def word_spellings(tokenizer, word_ids) -> dict[int, tuple[int, ...]]:
     """Each word id's spelling: the UTF-8 bytes of its token text, then SPELL_END."""
     return {int(i): (*tokenizer.convert_ids_to_tokens(int(i)).encode(), SPELL_END) for i in word_ids}
+
+
+def held_out(spelling: tuple, every: int) -> bool:
+    """Whether a word is one of the one in `every` kept from the speller's training, by a checksum of its bytes (the
+    same words on every machine and in every run)."""
+    return zlib.crc32(bytes(spelling[:-1])) % every == 0
 
 
 def spell_stream(ids: torch.Tensor, limit: int, spellings: dict, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ from conftest import tiny_model
 from test_cli import run_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from modeling_pointer_sentinel.spelling import speller_bits_per_byte, speller_pairs, word_spellings
+from modeling_pointer_sentinel.spelling import held_out, speller_bits_per_byte, speller_pairs, word_spellings
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
 from modeling_pointer_sentinel.training import encode_lines
 
@@ -26,7 +26,7 @@ def word_folder(tmp_path):
     """A word-level pointer folder and its train / validation files: the rare names differ in spelling pattern, and
     validation reuses some training names in new sentences (different text in every split)."""
     names = [f"{a}{b}ow" for a in "kzt" for b in "aei"] + [f"mar{c}en" for c in "bdgl"]
-    train, valid = made_up_lines(0, names, 120), made_up_lines(1, names[::2], 30)
+    train, valid = made_up_lines(0, names, 120), made_up_lines(1, names, 30)
     (tmp_path / "train.txt").write_text("\n".join(train) + "\n")
     (tmp_path / "valid.txt").write_text("\n".join(valid) + "\n")
     tok = open_vocabulary(build_word_level_tokenizer(train, text_rules="whitespace"), oov_slots=8)
@@ -43,8 +43,8 @@ def test_the_speller_chosen_on_validation_is_saved_and_corpus_text_scores_as_bef
     folder = word_folder(tmp_path)
     out, grid = tmp_path / "spelled", tmp_path / "grid.json"
     done = run_script("add_speller.py", folder, out, "--train_file", tmp_path / "train.txt", "--validation_file",
-                      tmp_path / "valid.txt", "--max_train_count", "40", "2", "--speller_size", "8", "4",
-                      "--epochs", "3", "--lr", "0.05", "--output_json", grid)  # fmt: skip
+                      tmp_path / "valid.txt", "--max_train_count", "40", "4", "--speller_size", "8", "4",
+                      "--epochs", "3", "--lr", "0.05", "--held_out", "3", "--output_json", grid)  # fmt: skip
     assert done.returncode == 0, done.stderr
     result = json.loads(grid.read_text())
     assert len(result["grid"]) == 2 * 2 * 3 and result["chosen"] == min(result["grid"], key=lambda r: r["valid_bits"])
@@ -55,9 +55,12 @@ def test_the_speller_chosen_on_validation_is_saved_and_corpus_text_scores_as_bef
     # the saved speller is the chosen one: its validation figure, recomputed from the saved folder
     ids = {s: encode_lines(word_tok, (tmp_path / f"{s}.txt").read_text().splitlines()) for s in ("train", "valid")}
     counts = torch.bincount(ids["train"], minlength=m.config.vocab_size)
+    spellings = word_spellings(word_tok, range(m.config.vocab_size))
     rare = {w for w in range(m.config.vocab_size) if 0 < counts[w] <= 20} - {tok.unk_token_id, tok.eos_token_id}
-    h, words = speller_pairs(m, ids["valid"], rare)  # as the script reads it
-    bits = speller_bits_per_byte(m.speller, h, words, word_spellings(word_tok, range(m.config.vocab_size)))
+    held = {w for w in rare if held_out(spellings[w], 3)}
+    assert 0 < result["held_out_words"] == len(held) < len(rare)
+    h, words = speller_pairs(m, ids["valid"], held)  # as the script reads it
+    bits = speller_bits_per_byte(m.speller, h, words, spellings)
     assert abs(bits - result["chosen"]["valid_bits"]) < 1e-5
     # text in corpus form (a literal <unk> too) keeps its ids and its scores; an unseen word is spelled and pays
     corpus = "the kaow ship sank of the <unk> bay the kaow"
@@ -77,7 +80,10 @@ def test_bad_folders_are_one_line(tmp_path):
     same = run_script("add_speller.py", folder, folder, *data)
     assert same.returncode == 2 and "output_dir must differ from model" in same.stderr
     out = tmp_path / "spelled"
-    assert run_script("add_speller.py", folder, out, *data, "--speller_size", "4", "--epochs", "1").returncode == 0
+    none_held = run_script("add_speller.py", folder, out, *data, "--held_out", "1000")
+    assert none_held.returncode == 2 and "holds none of the 0 held-out words" in none_held.stderr, none_held.stderr
+    done = run_script("add_speller.py", folder, out, *data, "--speller_size", "4", "--epochs", "1", "--held_out", "3")
+    assert done.returncode == 0, done.stderr
     again = run_script("add_speller.py", out, tmp_path / "again", *data)
     assert again.returncode == 2 and "has a speller already" in again.stderr and "Traceback" not in again.stderr
     no_valid = run_script("add_speller.py", folder, tmp_path / "x", "--train_file", tmp_path / "train.txt")
