@@ -126,6 +126,7 @@ class DecodeState(NamedTuple):
     context: torch.Tensor | None = None  # (B, L, D)
     used: torch.Tensor | None = None  # (B,) long
     unk_count: torch.Tensor | None = None  # (B,) long
+    attention: torch.Tensor | None = None  # (B, L) the step's log attention, kept where given (the speller's copies)
 
 
 def decode_state(cache: PointerSentinelCache) -> DecodeState:
@@ -307,10 +308,11 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 f"attention_mask of shape {tuple(mask.shape)} does not fit the prompt's input_ids of shape "
                 f"{tuple(ids.shape)}: give one mask entry per prompt token."
             )
-        if self.config.speller_size:  # forward gives the whole mixture, bytes and all: transformers' own loop
+        if self.config.speller_size:  # forward gives the whole mixture, bytes and all
             if pointer_mix is False:
                 raise ValueError("pointer_mix=False: with the speller the pointer's copies are part of every word.")
-            return super().generate(*args, **kwargs)
+            if decode_step == "compiled":
+                raise ValueError('decode_step="compiled" is not available with the speller: use "fast" or "forward".')
         # Both travel in the per-call stash (a model kwarg), not in the generation config.
         kwargs["pointer_stash"] = PointerStash(mix=pointer_mix is not False, decode_step=decode_step)
         return super().generate(*args, **kwargs)
@@ -321,8 +323,11 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         instead of a forward call; token selection, processors, stopping criteria, streamer and outputs are those
         of transformers' `_sample`. Falls back to it where the step does not apply."""
         stash = model_kwargs.get("pointer_stash") or PointerStash()
+        # the spelled step is one row's (its word steps and bytes interleave differently in each row)
+        spelled = self.config.speller_size and not self.config.vocab_limit and input_ids.shape[0] == 1
         if (stash.decode_step == "forward" or synced_gpus or self.training or generation_config.output_hidden_states
-                or model_kwargs.get("past_key_values") is None or self.config.speller_size):  # fmt: skip
+                or model_kwargs.get("past_key_values") is None
+                or (self.config.speller_size and not spelled)):  # fmt: skip
             return super()._sample(input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus,
                                    streamer, **model_kwargs)  # fmt: skip
         outputs = self._prefill(input_ids, generation_config, model_kwargs)
@@ -330,6 +335,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         cache = model_kwargs["past_key_values"]
         weights, state, compiled = self._packed_weights(), decode_state(cache), stash.decode_step == "compiled"
         mix = stash.mix and self.pointer is not None
+        if spelled:
+            state, spell = self._spell_state(cache, state)
         # The prompt's last position comes from forward, which leaves the mixing to the pointer's processor.
         later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))
         logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
@@ -376,15 +383,22 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 streamer.put(tokens.cpu())
             if done:
                 break
+            steps += 1
+            if spelled:  # the whole mixture, as forward's logits are
+                logits = self._spelled_step(weights, state, spell, int(tokens[0])).float()
+                step_scores = logits.clone() if raw_logits is not None else logits
+                processors = later
+                continue
             log_p, vocab = self._decode_step(weights, state, tokens, mix, compiled)  # generate runs under no_grad
             if mix and stash.suppress_new_slot:
                 log_p = suppress_new_slot(log_p, self.config.vocab_size, self.config.oov_slots, state.used)
-            steps += 1
             logits = vocab.float()
             # later masks in place, so it gets scores of its own, never the logits kept for output_logits
             step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits
             processors = later
         write_back(state, cache, steps)
+        if spelled:
+            self._spell_write_back(state, spell, cache)
         if streamer is not None:
             streamer.end()
         input_ids = input_ids.contiguous()

@@ -144,13 +144,55 @@ def test_a_slot_is_reused_only_when_its_word_is_the_least_recent():
     assert row.slot(names[0], N) == 0 and len(row.slots) == N
 
 
-def eager_model():
+def eager_model(**overrides):
     """A model that writes new words: `<unk>`'s vocabulary mass (the unseen-word share) made large, the pointer keen."""
-    m = model(oov_pointer=True)
+    m = model(**{"oov_pointer": overrides.get("use_pointer", True), **overrides})
     with torch.no_grad():
-        m.lm_head.bias[UNK] = 6.0
-        m.pointer.sentinel.fill_(-1.0)
+        if m.config.adaptive_softmax_cutoffs:
+            m.lm_head.head_bias[UNK] = 6.0
+        else:
+            m.lm_head.bias[UNK] = 6.0
+        if m.pointer is not None:
+            m.pointer.sentinel.fill_(-1.0)
     return m
+
+
+@pytest.mark.parametrize("variant", VARIANTS[:4])
+@pytest.mark.parametrize("prompt_end", ["word", "inside a word"])
+def test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_as_forward_does(variant, prompt_end):
+    """generate's spelled decode step (one row) against forward at each token: the same sampled tokens and scores,
+    from a prompt that ends after a word or inside one, and the cache it leaves continues as the whole forward."""
+    m = eager_model(**variant)  # float64: the two paths agree to rounding
+    with torch.no_grad():
+        m.speller.out.bias[256] = 3.0  # words of a few bytes, so that a sample holds several
+    prompt = text(5, "Zor", 7, "Émile", 2)
+    if prompt_end == "inside a word":
+        prompt = prompt[:, :-1].clone()
+        prompt[0, -1] = V + ord("q")  # ... "Émile" then the bytes "q": a word in progress
+        prompt = torch.cat([prompt[:, :-3], prompt[:, -1:]], 1)  # 5 Zor 7 Émile q...
+    runs, calls = {}, []
+    m.register_forward_hook(lambda *_: calls.append(1))
+    for step in ("fast", "forward"):
+        torch.manual_seed(3)
+        calls.clear()
+        runs[step] = m.generate(prompt, max_new_tokens=60, min_new_tokens=60, do_sample=True, top_k=0,
+                                return_dict_in_generate=True, output_scores=True, pad_token_id=0,
+                                decode_step=step)  # fmt: skip
+        assert len(calls) == (1 if step == "fast" else 60)  # the fast step runs forward on the prompt alone
+    fast, slow = runs["fast"], runs["forward"]
+    assert fast.sequences.tolist() == slow.sequences.tolist()
+    new = fast.sequences[0, prompt.shape[1] :].tolist()
+    assert END in new and any(t < V for t in new), new  # words spelled and vocabulary words both
+    torch.testing.assert_close(torch.stack(fast.scores), torch.stack(slow.scores), atol=1e-6, rtol=0)
+    # the cache holds every token but the last sampled one (transformers' convention): a continuation starts there
+    seq, more = fast.sequences, text(3, "Zor", 4, "Kelp")
+    with torch.no_grad():
+        m(seq)  # a well-formed sequence (raises on a malformed one)
+        if m(seq, past_key_values=PointerSentinelCache()).past_key_values.spelled_rows.rows[0].word:
+            more = torch.cat([torch.tensor([[END]]), more], 1)  # the sample stopped inside a word: close it first
+        after = m(torch.cat([seq[:, -1:], more], 1), past_key_values=fast.past_key_values).logits[:, 1:]
+        whole = m(torch.cat([seq, more], 1)).logits[:, -more.shape[1] :]
+    torch.testing.assert_close(after, whole, atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["greedy", "sample", "beam"])
@@ -266,3 +308,11 @@ def test_bits_per_byte_of_a_spelled_stream_is_the_whole_forwards_and_its_buckets
     buckets = [v for k, v in got.items() if k.startswith("train_count_")]
     assert sum(b["words"] for b in buckets) == len(words) - 1
     assert math.isclose(sum(b["bits_per_byte"] * b["words"] * 3 for b in buckets), total, rel_tol=1e-9)
+
+
+def test_the_spelled_step_is_not_compiled_and_never_silently_left_out():
+    m = eager_model()
+    with pytest.raises(ValueError, match='decode_step="compiled" is not available with the speller'):
+        m.generate(text(5, "Zor"), max_new_tokens=2, decode_step="compiled", pad_token_id=0)
+    with pytest.raises(ValueError, match="pointer_mix=False"):
+        m.generate(text(5, "Zor"), max_new_tokens=2, pointer_mix=False, pad_token_id=0)

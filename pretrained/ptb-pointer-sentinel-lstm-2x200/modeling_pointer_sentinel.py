@@ -1208,10 +1208,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         cache = past_key_values if past_key_values is not None else PointerSentinelCache()
-        if self.speller is not None:
-            if pointer_stash is not None or split_state_at is not None or output_hidden_states:
-                raise ValueError("With the speller, forward takes no pointer_stash, split_state_at or "
-                                 "output_hidden_states.")  # fmt: skip
+        if self.speller is not None:  # generate's pointer_stash carries its decode step alone: forward mixes all
+            if split_state_at is not None or output_hidden_states:
+                raise ValueError("With the speller, forward takes no split_state_at or output_hidden_states.")
             out = self._spelled_forward(input_ids, attention_mask, cache, shift_labels, num_items_in_batch)
             out.logits = slice_logits_to_keep(out.logits, logits_to_keep)  # every position is computed: bytes need
             out.past_key_values = cache if (use_cache or past_key_values is not None) else None  # their word step
@@ -1358,6 +1357,19 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             self._compiled_step = torch.compile(decode_step)
         return self._compiled_step(self, weights, state, ids, mix)
 
+    def _spell_state(self, cache, state: DecodeState) -> tuple[DecodeState, "SpellState"]:
+        """generate's spelled decoding after the prompt (one row): the word state with room for the step's attention,
+        and `spell_state`."""
+        if state.keys is not None:
+            state = state._replace(attention=state.keys.new_zeros(state.ids.shape, dtype=torch.float32))
+        return state, spell_state(self, cache)
+
+    def _spelled_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", token: int):
+        return spelled_decode_step(self, weights, state, spell, token)
+
+    def _spell_write_back(self, state: DecodeState, spell: "SpellState", cache):
+        spell_write_back(state, spell, cache)
+
 
 # ---- Generate's decode step: forward at T = 1 (§2.1-2.4) ------------------------------------------------------------
 
@@ -1451,8 +1463,133 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
         z = torch.where(state.ids >= places.first, z_oov, z)
         places = places._replace(repeat_logit=model.pointer.oov_repeat(x).squeeze(-1))
     log_gate, log_attention = model.pointer.attend(x, q, z, state.valid)
+    if state.attention is not None:
+        state.attention.copy_(log_attention)
     vocab_log_probs = vocab if w.output is None else torch.log_softmax(_upcast(vocab), -1)
     return pointer_mixture(vocab_log_probs, _upcast(log_gate), _upcast(log_attention), state.ids, places), vocab
+
+
+# ---- Generate's decode step with the speller: forward at T = 1 on spelled ids ----------------------------------------
+
+
+class SpellState(NamedTuple):
+    """What the spelled decode step reads and updates in place, besides the word step's `DecodeState`: the row's
+    spelled words (`SpelledRow`), the spellings of the window's words in the order of the state's ring (L, K), the
+    last word step's copy masses over that ring and the speller's share (`SpellAnchor`), and the speller after the
+    bytes so far: its LSTM state, those bytes (K places), their log probability and the next symbol's."""
+
+    rows: "SpelledRows"
+    spellings: torch.Tensor  # (1, L, K)
+    log_copy: torch.Tensor  # (1, L)
+    log_new: torch.Tensor  # (1,)
+    hidden: torch.Tensor  # (1, S)
+    cell: torch.Tensor  # (1, S)
+    prefix: torch.Tensor  # (1, K), -1 past the bytes so far
+    log_prefix: torch.Tensor  # (1,)
+    log_next: torch.Tensor  # (1, SPELL_SYMBOLS)
+
+
+def speller_step(speller: Speller, symbol: torch.Tensor, h: torch.Tensor, c: torch.Tensor, first: bool):
+    """The speller's LSTM one symbol on (`Speller.forward` at one position): the symbol read (SPELL_END starts a
+    word, `<+w>` reads as it), the state in place, and log p_spell of the next symbol."""
+    x = speller.embed_bytes(symbol.clamp(0, SPELL_END))
+    lstm = speller.lstm
+    gates = x @ lstm.weight_ih_l0.t() + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.t() + lstm.bias_hh_l0
+    h_new, c_new = lstm_cell(gates, c)
+    h.copy_(h_new)
+    c.copy_(c_new)
+    logits = speller.out(h_new)
+    if first:
+        logits[:, SPELL_END:] = -torch.inf  # a word starts with a byte
+    return torch.log_softmax(_upcast(logits), -1)
+
+
+def spell_state(model, cache: PointerSentinelCache) -> SpellState:
+    """The spelled cache after the prompt (one row) as a SpellState, in the ring order of `decode_state`'s window
+    (oldest first); a word the prompt left unfinished is read by the speller again from its anchor."""
+    anchor, row, K = cache.spell_anchor, cache.spelled_rows.rows[0], COPIED_SYMBOLS
+    h, c = torch.tanh(model.speller.init_state(anchor.h)).chunk(2, -1)
+    h, c = h.contiguous(), c.contiguous()
+    start = torch.full((1,), SPELL_END, dtype=torch.long, device=h.device)
+    log_next, log_prefix = speller_step(model.speller, start, h, c, first=True), anchor.log_new.new_zeros(1)
+    for s in row.word:
+        log_prefix += log_next[:, s]
+        log_next = speller_step(model.speller, start.new_full((1,), s), h, c, first=False)
+    prefix = spelling_tensor([tuple(row.word[:K])], K, h.device)
+    return SpellState(cache.spelled_rows, anchor.window_spellings.clone(), anchor.log_copy.clone(),
+                      anchor.log_new.clone(), h, c, prefix, log_prefix, log_next)  # fmt: skip
+
+
+def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, token: int) -> torch.Tensor:
+    """One token of one row -> log p over the V + SPELL_SYMBOLS ids, forward's arithmetic at T = 1: a byte moves the
+    speller alone; a word (a vocabulary id, or `</w>` read as its slot, as `read_spelled` reads it) is a word step
+    (`decode_step`), whose window's spelled words can then be copied and whose h_t starts the speller again."""
+    cfg, K = model.config, COPIED_SYMBOLS
+    V, n, L = cfg.vocab_size, cfg.oov_slots, cfg.pointer_window
+    row, s, device = spell.rows.rows[0], token - V, spell.prefix.device
+    if 0 <= s < SPELL_SYMBOLS and s != SPELL_END:  # inside a word
+        if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
+            raise ValueError("`<+w>` must follow a spelled byte.")
+        row.word.append(s)
+        if len(row.word) <= K:  # a longer prefix matches no window word (`spelled_mixture`'s K places)
+            spell.prefix[0, len(row.word) - 1] = s
+        spell.log_prefix.add_(spell.log_next[:, s])
+        symbol = torch.full((1,), s, dtype=torch.long, device=device)
+        spell.log_next.copy_(speller_step(model.speller, symbol, spell.hidden, spell.cell, first=False))
+        return torch.cat([spell.log_next.new_full((1, V), -torch.inf), _spelled_symbols(spell)], -1)
+    if s == SPELL_END:
+        if not row.word or row.word[-1] == SPELL_CONT:
+            raise ValueError("`</w>` must close a spelled word: it follows no byte here.")
+        spelling, row.word = (*row.word, SPELL_END), []
+        token = V + row.slot(spelling, n)
+    elif row.word:
+        raise ValueError("A spelled word must end with `</w>` before the next word.")
+    else:
+        spelling = None
+    kept = spelling if spelling is None or len(spelling) <= K else ()
+    row.window = [*row.window, kept][-L:]
+    if state.keys is not None:  # the ring slot this word's key goes to
+        spell.spellings[0, int(state.slot)] = spelling_tensor([kept], K, device)[0]
+    ids = torch.full((1,), token, dtype=torch.long, device=device)
+    if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it
+        vocab, _ = decode_step(model, w, state, ids, mix=False)
+        places = Placeholders.of(cfg)._replace(used=state.used, unk_count=state.unk_count)
+        empty, no_gate = vocab.new_zeros(1, 0), vocab.new_zeros(1)
+        log_p = pointer_mixture(vocab, no_gate, empty, empty.long(), places).log_softmax(-1)
+        spell.log_copy.fill_(-torch.inf)
+        spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
+    else:  # the slot mass of a window word that can be copied, shared by its occurrences (as forward shares it)
+        log_p = decode_step(model, w, state, ids, mix=True)[0].log_softmax(-1)
+        copyable = in_window(state.attention) & (state.ids >= V) & (spell.spellings[..., 0] >= 0)
+        slot = (state.ids - V).clamp(0, n - 1)
+        in_slots = torch.zeros_like(log_p[:, V:], dtype=torch.long).scatter_add_(-1, slot, copyable.long())
+        copies = in_slots.gather(-1, slot).clamp(min=1).to(log_p.dtype)
+        spell.log_copy.copy_(torch.where(copyable, log_p[:, V:].gather(-1, slot) - copies.log(), -torch.inf))
+        spell.log_new.copy_(_logsumexp_where(log_p[:, V:], in_slots == 0))
+    h, c = torch.tanh(model.speller.init_state(state.hidden[-1])).chunk(2, -1)
+    spell.hidden.copy_(h)
+    spell.cell.copy_(c)
+    spell.prefix.fill_(-1)
+    spell.log_prefix.zero_()
+    start = torch.full((1,), SPELL_END, dtype=torch.long, device=device)
+    spell.log_next.copy_(speller_step(model.speller, start, spell.hidden, spell.cell, first=True))
+    symbols = _spelled_symbols(spell)
+    return torch.cat([log_p[:, :V].to(symbols.dtype), symbols], -1)
+
+
+def _spelled_symbols(spell: SpellState) -> torch.Tensor:
+    """`spelled_mixture` over the window slots that hold a word to copy (the others add nothing): at one row's step
+    the (SPELL_SYMBOLS, L) comparison shrinks to those few, to none in text without spelled words."""
+    held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
+    return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix, spell.log_new,
+                           spell.log_prefix, spell.log_next)  # fmt: skip
+
+
+def spell_write_back(state: DecodeState, spell: SpellState, cache: PointerSentinelCache):
+    """The speller's anchor into the cache, its window oldest first again (`write_back` moves the word state)."""
+    shift = -int(state.slot) if state.keys is not None else 0
+    cache.spell_anchor = SpellAnchor(state.hidden[-1].clone(), torch.roll(spell.spellings, shift, 1),
+                                     torch.roll(spell.log_copy, shift, 1), spell.log_new.clone())  # fmt: skip
 
 
 __all__ = ["AdaptiveSoftmax", "PointerSentinelCausalLMOutput", "PointerSentinelForCausalLM", "PointerSentinelModel",
