@@ -265,6 +265,39 @@ def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast", 
     return unit
 
 
+def spelled_decoding(reps: int, quick: bool, device, dtype) -> list[dict]:
+    """Generate's per-token latency with the speller (ids that carry the text) against the same weights without it
+    (placeholders), greedy from a 10-token prompt on random weights, which write vocabulary words; and the speller's
+    own step: a model made to spell (its `<unk>` share raised, so nearly every token is a byte) against one writing
+    words, both with the speller."""
+    V, H, L, n = 10000, 200, 100, 20 if quick else 50
+    tag = f"2x{H}, V={V}, L={L}, speller 256"
+    spell = dict(oov_slots=256, unk_token_id=1)
+    word = build(V, H, 2, L, True, device, dtype, **spell)
+    spelled = build(V, H, 2, L, True, device, dtype, speller_size=256, **spell)
+    spelled.load_state_dict(word.state_dict(), strict=False)
+    spelling = build(V, H, 2, L, True, device, dtype, speller_size=256, **spell)
+    spelling.load_state_dict(spelled.state_dict())
+    with torch.no_grad():  # the unseen-word share near 1 (the gate at 1, then p_vocab(<unk>)): bytes after bytes
+        spelling.pointer.query.weight.zero_()
+        spelling.pointer.query.bias.fill_(5.0)
+        spelling.pointer.sentinel.fill_(10.0)
+        spelling.lm_head.bias[1] = 30.0
+    for m in (word, spelled, spelling):  # as the shipped folders' generation_config: never a literal <unk>
+        m.generation_config.suppress_tokens = [1]
+    units = [decoder(m, 10, n, device) for m in (spelled, word, spelling)]
+    for u, writes in zip(units, ("words", "words", "bytes"), strict=True):  # what each row says it times
+        u()
+        new = u.tokens[0, 10:]
+        assert bool(((new < V) if writes == "words" else (new >= V)).float().mean() > 0.9), (writes, new.tolist())
+    return [
+        latency_compare(f"decode latency, speller / placeholders, greedy writing words ({tag})", units[0], units[1],
+                        reps, device, ("<=", 1.1)),
+        latency_compare(f"decode latency, a spelled byte / a word step, speller ({tag})", units[2], units[0], reps,
+                        device, ("<=", 1.0)),
+    ]  # fmt: skip
+
+
 def latency_compare(name, ua, ub, reps, device, target=None):
     for u in (ua, ub):
         u()
@@ -544,7 +577,8 @@ def main(argv=None):
         "these), decode_paths (opt-in: every decode path of the shipped models against the arithmetic floor, with "
         "ONNX Runtime; needs the onnx extra), zoneout_compiled (opt-in: minutes of compilation), adaptive (opt-in: "
         "the adaptive softmax against "
-        "the full one on WikiText-2's 33,278 words, 2x200 and 2x650 or 2x200 with --quick)",
+        "the full one on WikiText-2's 33,278 words, 2x200 and 2x650 or 2x200 with --quick), spell (opt-in: generate's "
+        "step with the speller against placeholders, and a spelled byte against a word step)",
     )
     ap.add_argument("--write", default=None,
                     help="write the results as a markdown table to this file, e.g. benchmarks/results_cpu.md; refuses "
@@ -684,6 +718,8 @@ def main(argv=None):
             rows.append(latency_compare(f"decode latency, adaptive / full softmax, 10-token prompt ({tag})",
                                         decoder(ada, 10, n, dev), decoder(full, 10, n, dev), reps, dev))  # fmt: skip
             del ada, full
+    if "spell" in groups:  # the speller's cost in generate's fast step (`spelled_decode_step`)
+        rows += spelled_decoding(reps, quick, dev, dtype)
     sections = []
     if "decode_paths" in groups:  # the shipped models, and the paper's width with random weights
         shipped = lambda name: PointerSentinelForCausalLM.from_pretrained(ROOT / "pretrained" / name)  # noqa: E731

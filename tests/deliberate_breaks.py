@@ -861,6 +861,20 @@ MUTS = [
         ["tests/test_spelled_forward.py"],
     ),
     (
+        "spelled decode step: the window's copies skipped as if the text were closed",
+        M,
+        "    if copyable is None or not copyable.any():  # nothing to copy: every slot's mass is the new word's",
+        "    if True:",
+        ["tests/test_spelled_forward.py"],
+    ),
+    (
+        "spelled decode step: inside a word without copies, the joint mass taken for the next byte's",
+        M,
+        "    if held.numel() == 0 and spell.prefix[0, 0] < 0:",
+        "    if held.numel() == 0:",
+        ["tests/test_spelled_forward.py"],
+    ),
+    (
         "spelled decode step: generate takes the forward at every token",
         "modeling_pointer_sentinel/generation_pointer_sentinel.py",
         "        spelled = self.config.speller_size and not self.config.vocab_limit and input_ids.shape[0] == 1",

@@ -1362,7 +1362,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         and `spell_state`."""
         if state.keys is not None:
             state = state._replace(attention=state.keys.new_zeros(state.ids.shape, dtype=torch.float32))
-        return state, spell_state(self, cache)
+        return state, spell_state(self, self._packed_weights(), cache)
 
     def _spelled_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", token: int):
         return spelled_decode_step(self, weights, state, spell, token)
@@ -1397,6 +1397,7 @@ class PackedWeights(NamedTuple):
     output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
     adaptive: PackedAdaptiveSoftmax | None  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
+    speller: tuple | None = None  # the speller's init_state, [W_ih | W_hh] and output layer, each (W, b)
 
 
 def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) -> PackedWeights:
@@ -1417,8 +1418,15 @@ def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) ->
     if adaptive and input_first:
         packed = PackedAdaptiveSoftmax(t(lm_head.head_weight()), [t(p) for p in lm_head.tail_proj],
                                        [t(w) for w in lm_head.tail_weight])  # fmt: skip
+    speller = None
+    if model.speller is not None:
+        sp, lstm_s = model.speller, model.speller.lstm
+        speller = ((t(sp.init_state.weight), sp.init_state.bias.detach()),
+                   (t(torch.cat([lstm_s.weight_ih_l0, lstm_s.weight_hh_l0], 1).detach()),
+                    (lstm_s.bias_ih_l0 + lstm_s.bias_hh_l0).detach()),
+                   (t(sp.out.weight), sp.out.bias.detach()))  # fmt: skip
     return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
-                         input_first)  # fmt: skip
+                         input_first, speller)  # fmt: skip
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -1489,32 +1497,35 @@ class SpellState(NamedTuple):
     log_next: torch.Tensor  # (1, SPELL_SYMBOLS)
 
 
-def speller_step(speller: Speller, symbol: torch.Tensor, h: torch.Tensor, c: torch.Tensor, first: bool):
-    """The speller's LSTM one symbol on (`Speller.forward` at one position): the symbol read (SPELL_END starts a
-    word, `<+w>` reads as it), the state in place, and log p_spell of the next symbol."""
-    x = speller.embed_bytes(symbol.clamp(0, SPELL_END))
-    lstm = speller.lstm
-    gates = x @ lstm.weight_ih_l0.t() + lstm.bias_ih_l0 + h @ lstm.weight_hh_l0.t() + lstm.bias_hh_l0
-    h_new, c_new = lstm_cell(gates, c)
+def speller_start(model, w: "PackedWeights", h_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The speller's (h_0, c_0) from the word LSTM's output h_t (`Speller.forward`'s first line)."""
+    h, c = torch.tanh(_linear(h_t, *w.speller[0], w.input_first)).chunk(2, -1)
+    return h.contiguous(), c.contiguous()
+
+
+def speller_step(model, w: "PackedWeights", symbol: torch.Tensor, h: torch.Tensor, c: torch.Tensor, first: bool):
+    """The speller's LSTM one symbol on (`Speller.forward` at one position) on packed weights: the symbol read
+    (SPELL_END starts a word, `<+w>` reads as it), the state in place, and log p_spell of the next symbol."""
+    x = F.embedding(symbol.clamp(0, SPELL_END), model.speller.embed_bytes.weight)
+    h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *w.speller[1], w.input_first), c)
     h.copy_(h_new)
     c.copy_(c_new)
-    logits = speller.out(h_new)
+    logits = _linear(h_new, *w.speller[2], w.input_first)
     if first:
         logits[:, SPELL_END:] = -torch.inf  # a word starts with a byte
     return torch.log_softmax(_upcast(logits), -1)
 
 
-def spell_state(model, cache: PointerSentinelCache) -> SpellState:
+def spell_state(model, w: "PackedWeights", cache: PointerSentinelCache) -> SpellState:
     """The spelled cache after the prompt (one row) as a SpellState, in the ring order of `decode_state`'s window
     (oldest first); a word the prompt left unfinished is read by the speller again from its anchor."""
     anchor, row, K = cache.spell_anchor, cache.spelled_rows.rows[0], COPIED_SYMBOLS
-    h, c = torch.tanh(model.speller.init_state(anchor.h)).chunk(2, -1)
-    h, c = h.contiguous(), c.contiguous()
+    h, c = speller_start(model, w, anchor.h.to(w.speller[0][0].dtype))
     start = torch.full((1,), SPELL_END, dtype=torch.long, device=h.device)
-    log_next, log_prefix = speller_step(model.speller, start, h, c, first=True), anchor.log_new.new_zeros(1)
+    log_next, log_prefix = speller_step(model, w, start, h, c, first=True), anchor.log_new.new_zeros(1)
     for s in row.word:
         log_prefix += log_next[:, s]
-        log_next = speller_step(model.speller, start.new_full((1,), s), h, c, first=False)
+        log_next = speller_step(model, w, start.new_full((1,), s), h, c, first=False)
     prefix = spelling_tensor([tuple(row.word[:K])], K, h.device)
     return SpellState(cache.spelled_rows, anchor.window_spellings.clone(), anchor.log_copy.clone(),
                       anchor.log_new.clone(), h, c, prefix, log_prefix, log_next)  # fmt: skip
@@ -1535,7 +1546,7 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
             spell.prefix[0, len(row.word) - 1] = s
         spell.log_prefix.add_(spell.log_next[:, s])
         symbol = torch.full((1,), s, dtype=torch.long, device=device)
-        spell.log_next.copy_(speller_step(model.speller, symbol, spell.hidden, spell.cell, first=False))
+        spell.log_next.copy_(speller_step(model, w, symbol, spell.hidden, spell.cell, first=False))
         return torch.cat([spell.log_next.new_full((1, V), -torch.inf), _spelled_symbols(spell)], -1)
     if s == SPELL_END:
         if not row.word or row.word[-1] == SPELL_CONT:
@@ -1555,32 +1566,37 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
         vocab, _ = decode_step(model, w, state, ids, mix=False)
         places = Placeholders.of(cfg)._replace(used=state.used, unk_count=state.unk_count)
         empty, no_gate = vocab.new_zeros(1, 0), vocab.new_zeros(1)
-        log_p = pointer_mixture(vocab, no_gate, empty, empty.long(), places).log_softmax(-1)
+        log_p, copyable = pointer_mixture(vocab, no_gate, empty, empty.long(), places).log_softmax(-1), None
+    else:
+        log_p = decode_step(model, w, state, ids, mix=True)[0].log_softmax(-1)
+        copyable = in_window(state.attention) & (state.ids >= V) & (spell.spellings[..., 0] >= 0)
+    if copyable is None or not copyable.any():  # nothing to copy: every slot's mass is the new word's
         spell.log_copy.fill_(-torch.inf)
         spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
     else:  # the slot mass of a window word that can be copied, shared by its occurrences (as forward shares it)
-        log_p = decode_step(model, w, state, ids, mix=True)[0].log_softmax(-1)
-        copyable = in_window(state.attention) & (state.ids >= V) & (spell.spellings[..., 0] >= 0)
         slot = (state.ids - V).clamp(0, n - 1)
         in_slots = torch.zeros_like(log_p[:, V:], dtype=torch.long).scatter_add_(-1, slot, copyable.long())
         copies = in_slots.gather(-1, slot).clamp(min=1).to(log_p.dtype)
         spell.log_copy.copy_(torch.where(copyable, log_p[:, V:].gather(-1, slot) - copies.log(), -torch.inf))
         spell.log_new.copy_(_logsumexp_where(log_p[:, V:], in_slots == 0))
-    h, c = torch.tanh(model.speller.init_state(state.hidden[-1])).chunk(2, -1)
+    h, c = speller_start(model, w, state.hidden[-1])
     spell.hidden.copy_(h)
     spell.cell.copy_(c)
     spell.prefix.fill_(-1)
     spell.log_prefix.zero_()
     start = torch.full((1,), SPELL_END, dtype=torch.long, device=device)
-    spell.log_next.copy_(speller_step(model.speller, start, spell.hidden, spell.cell, first=True))
+    spell.log_next.copy_(speller_step(model, w, start, spell.hidden, spell.cell, first=True))
     symbols = _spelled_symbols(spell)
     return torch.cat([log_p[:, :V].to(symbols.dtype), symbols], -1)
 
 
 def _spelled_symbols(spell: SpellState) -> torch.Tensor:
     """`spelled_mixture` over the window slots that hold a word to copy (the others add nothing): at one row's step
-    the (SPELL_SYMBOLS, L) comparison shrinks to those few, to none in text without spelled words."""
+    the (SPELL_SYMBOLS, L) comparison shrinks to those few. With none, at a word's start, it is the speller's share
+    alone (its logaddexp with -inf)."""
     held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
+    if held.numel() == 0 and spell.prefix[0, 0] < 0:
+        return (spell.log_new + spell.log_prefix).unsqueeze(-1) + spell.log_next
     return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix, spell.log_new,
                            spell.log_prefix, spell.log_next)  # fmt: skip
 
