@@ -74,3 +74,24 @@ def test_lm_eval_scores_words_the_vocabulary_lacks_as_the_models_loss_does(use_p
     log_p = logits[:, :-1].log_softmax(-1)
     torch.testing.assert_close(log_p.gather(-1, ids[:, 1:, None])[..., 0], out.target_log_probs)
     torch.testing.assert_close(log_p.exp().sum(-1), torch.ones(1, 14))
+
+
+def test_lm_evals_task_on_a_spelling_folder_is_finite_and_a_longer_new_word_costs_more(tmp_path, monkeypatch):
+    """A folder whose ids carry the text (`config.speller_size`): lm-eval's own wikitext task scores every byte of a
+    document, its unseen words spelled, finite and as the model's loss does; and that loss charges a longer made-up
+    name more (with placeholders every name cost the same)."""
+    from test_spelled_forward import spelling_pair
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    tok, model = spelling_pair(tmp_path)
+    nll = {}
+    for name in ("Qu", "Quorvantyxelmandribostequilan"):
+        doc = f" = The {name} = \n\n the ship was sunk in the bay . the {name} was saved by the crew . \n"
+        ids = torch.tensor([[tok.eos_token_id, *tok(wikitext_detokenizer({"page": doc}))["input_ids"]]])
+        with torch.no_grad():
+            nll[name] = -model(ids[:, :-1], shift_labels=ids[:, 1:]).target_log_probs.sum().item()
+    assert nll["Quorvantyxelmandribostequilan"] > nll["Qu"] + 10
+    result = lm_eval_wikitext.run_task(str(tmp_path), [doc], None, 512)  # lm-eval's reading of the long one
+    assert math.isfinite(result["byte_perplexity"]) and result["tokens_scored"] == ids.shape[1] - 1
+    lm_eval_nll = math.log(result["token_perplexity"]) * result["tokens_scored"]
+    assert lm_eval_nll == pytest.approx(nll["Quorvantyxelmandribostequilan"], rel=1e-4)
