@@ -97,8 +97,9 @@ def main(argv=None):
     h, words = speller_pairs(word_model, ids["train"], seen_at_most(max(args.max_train_count)) - held)
     valid_h, valid_words = speller_pairs(word_model, ids["validation"], held)
     if not len(valid_words):
-        fail(f"the validation split holds none of the {len(held)} held-out words (one in --held_out {args.held_out} of "
-             f"those seen at most --valid_max_count {args.valid_max_count} times): the grid cannot be chosen")  # fmt: skip
+        fail(f"the validation split holds none of the {len(held)} held-out words (one in --held_out "
+             f"{args.held_out} of those seen at most --valid_max_count {args.valid_max_count} times): the grid "
+             "cannot be chosen")  # fmt: skip
     print(f"validation: {len(valid_words):,} occurrences of {len(held):,} held-out words seen at most "
           f"{args.valid_max_count} times in training")  # fmt: skip
     grid, best = [], None
