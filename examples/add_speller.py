@@ -15,9 +15,12 @@ seen, as a new word's are: the setting and epoch with the fewest bits per symbol
 import argparse
 import copy
 import json
+import sys
 from pathlib import Path
 
-from cli import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cli.py beside this script, however it is launched
+from cli import (  # noqa: E402
     ArgumentParser,
     add_data_arguments,
     check_model_folder,
