@@ -164,7 +164,7 @@ def test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_a
     from a prompt that ends after a word or inside one, and the cache it leaves continues as the whole forward."""
     m = eager_model(**variant)  # float64: the two paths agree to rounding
     with torch.no_grad():
-        m.speller.out.bias[256] = 3.0  # words of a few bytes, so that a sample holds several
+        m.speller.out.bias[256] = 3.5  # words of a few bytes, so that a sample holds several
     prompt = text(5, "Zor", 7, "Émile", 2)
     if prompt_end == "inside a word":
         prompt = prompt[:, :-1].clone()
@@ -184,15 +184,29 @@ def test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_a
     new = fast.sequences[0, prompt.shape[1] :].tolist()
     assert END in new and any(t < V for t in new), new  # words spelled and vocabulary words both
     torch.testing.assert_close(torch.stack(fast.scores), torch.stack(slow.scores), atol=1e-6, rtol=0)
-    # the cache holds every token but the last sampled one (transformers' convention): a continuation starts there
+    # The fast cache continues as the whole forward, cut inside a word so that the bytes before the next call's first
+    # word step read the cache's anchor. It holds every token but the last sampled one (transformers' convention).
     seq, more = fast.sequences, text(3, "Zor", 4, "Kelp")
     with torch.no_grad():
-        m(seq)  # a well-formed sequence (raises on a malformed one)
         if m(seq, past_key_values=PointerSentinelCache()).past_key_values.spelled_rows.rows[0].word:
             more = torch.cat([torch.tensor([[END]]), more], 1)  # the sample stopped inside a word: close it first
-        after = m(torch.cat([seq[:, -1:], more], 1), past_key_values=fast.past_key_values).logits[:, 1:]
-        whole = m(torch.cat([seq, more], 1)).logits[:, -more.shape[1] :]
-    torch.testing.assert_close(after, whole, atol=1e-9, rtol=0)
+        whole = m(torch.cat([seq, more], 1)).logits
+    n = prompt.shape[1]
+
+    def window_spells(i):  # a spelled word in the window after the first n + i tokens
+        with torch.no_grad():
+            row = m(seq[:, : n + i], past_key_values=PointerSentinelCache()).past_key_values.spelled_rows.rows[0]
+        return any(w is not None for w in row.window)
+
+    cut = [i for i in range(1, len(new)) if V <= new[i] < END and window_spells(i)][-1]  # a byte, copies in reach
+    torch.manual_seed(3)
+    short = m.generate(prompt, max_new_tokens=cut + 1, min_new_tokens=cut + 1, do_sample=True, top_k=0,
+                       return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
+    assert short.sequences[0].tolist() == seq[0, : n + cut + 1].tolist()
+    rest = torch.cat([seq[:, n + cut :], more], 1)
+    with torch.no_grad():
+        after = m(rest, past_key_values=short.past_key_values).logits
+    torch.testing.assert_close(after, whole[:, -rest.shape[1] :], atol=1e-9, rtol=0)
 
 
 @pytest.mark.parametrize("kind", ["greedy", "sample", "beam"])
