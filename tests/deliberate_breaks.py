@@ -990,7 +990,7 @@ MUTS = [
         "spelled decode step: the step's attention not kept, so no window word is copied",
         M,
         "    if state.attention is not None:\n        state.attention.copy_(log_attention)\n",
-        "",
+        "    if state.attention is not None:\n        state.attention.fill_(-torch.inf)\n",
         ["tests/test_spelled_forward.py"],
     ),
     (
