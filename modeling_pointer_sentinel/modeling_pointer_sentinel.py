@@ -684,6 +684,17 @@ def read_spelled(ids: list[list[int]], valid: list[list[bool]], state: SpelledRo
     return steps, step_valid, spellings, anchors, prefixes
 
 
+def window_copies(log_slots: torch.Tensor, window_slots: torch.Tensor, copyable: torch.Tensor):
+    """A word step's copies of spelled words: each window slot (..., L) that `copyable` marks gets its word's slot mass
+    (log_slots (..., N): the mixture's columns V ... V+N-1), shared evenly by the word's occurrences in the window; the
+    slots no window word holds are the speller's new word. Returns log c_j (..., L), -inf off `copyable`, and log N."""
+    slot = window_slots.clamp(0, log_slots.shape[-1] - 1)
+    in_slots = torch.zeros_like(log_slots, dtype=torch.long).scatter_add_(-1, slot, copyable.long())
+    copies = in_slots.gather(-1, slot).clamp(min=1).to(log_slots.dtype)
+    log_copy = torch.where(copyable, log_slots.gather(-1, slot) - copies.log(), -torch.inf)
+    return log_copy, _logsumexp_where(log_slots, in_slots == 0)
+
+
 def fold_vocabulary(scores: torch.Tensor, limit: int, unk: int) -> torch.Tensor:
     """`config.vocab_limit`: the words from `limit` on leave the softmax, their mass (scores are logits or log
     probabilities over the vocabulary) joining `<unk>`'s; the softmax over the kept columns is unchanged otherwise."""
@@ -1280,15 +1291,11 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             memory = torch.stack([spelling_tensor(w + s + [None] * (Tw - len(s)), K, device)
                                   for w, s in zip(window_before, spellings, strict=True)])  # fmt: skip
             window_spellings = sliding_window(memory, L).transpose(-1, -2)  # (B, Tw, L, K)
-            if pointer is not None:  # the slot mass of a window word that can be copied, shared by its occurrences
+            if pointer is not None:
                 copyable = (
                     in_window(pointer.log_attention) & (pointer.window_ids >= V) & (window_spellings[..., 0] >= 0)
                 )
-                slot = (pointer.window_ids - V).clamp(0, n - 1)
-                in_slots = torch.zeros_like(log_p[..., V:], dtype=torch.long).scatter_add_(-1, slot, copyable.long())
-                copies = in_slots.gather(-1, slot).clamp(min=1).to(log_p.dtype)
-                log_copy = torch.where(copyable, log_p[..., V:].gather(-1, slot) - copies.log(), -torch.inf)
-                log_new = _logsumexp_where(log_p[..., V:], in_slots == 0)
+                log_copy, log_new = window_copies(log_p[..., V:], pointer.window_ids - V, copyable)
             else:
                 log_copy, log_new = log_p.new_full((B, Tw, L), -torch.inf), log_p[..., V:].logsumexp(-1)
         # the word step before each position, or at it; step 0 of these is the cache's (else an empty start)
@@ -1573,12 +1580,10 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
     if copyable is None or not copyable.any():  # nothing to copy: every slot's mass is the new word's
         spell.log_copy.fill_(-torch.inf)
         spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
-    else:  # the slot mass of a window word that can be copied, shared by its occurrences (as forward shares it)
-        slot = (state.ids - V).clamp(0, n - 1)
-        in_slots = torch.zeros_like(log_p[:, V:], dtype=torch.long).scatter_add_(-1, slot, copyable.long())
-        copies = in_slots.gather(-1, slot).clamp(min=1).to(log_p.dtype)
-        spell.log_copy.copy_(torch.where(copyable, log_p[:, V:].gather(-1, slot) - copies.log(), -torch.inf))
-        spell.log_new.copy_(_logsumexp_where(log_p[:, V:], in_slots == 0))
+    else:
+        log_copy, log_new = window_copies(log_p[:, V:], state.ids - V, copyable)
+        spell.log_copy.copy_(log_copy)
+        spell.log_new.copy_(log_new)
     h, c = speller_start(model, w, state.hidden[-1])
     spell.hidden.copy_(h)
     spell.cell.copy_(c)

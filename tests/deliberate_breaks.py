@@ -819,10 +819,10 @@ MUTS = [
         ["tests/test_evaluate_spelled.py"],
     ),
     (
-        "spelled decode step: a window word's slot mass given whole to each of its occurrences",
+        "spelled decode step: its copies from the step's ids before they are read as slots",
         M,
-        "        spell.log_copy.copy_(torch.where(copyable, log_p[:, V:].gather(-1, slot) - copies.log(), -torch.inf))",
-        "        spell.log_copy.copy_(torch.where(copyable, log_p[:, V:].gather(-1, slot), -torch.inf))",
+        "        log_copy, log_new = window_copies(log_p[:, V:], state.ids - V, copyable)",
+        "        log_copy, log_new = window_copies(log_p[:, V:], state.ids, copyable)",
         ["tests/test_spelled_forward.py"],
     ),
     (
@@ -1017,15 +1017,15 @@ MUTS = [
     (
         "spelled ids: a slot's mass given whole to each of its occurrences in the window",
         M,
-        "log_p[..., V:].gather(-1, slot) - copies.log(), -torch.inf)",
-        "log_p[..., V:].gather(-1, slot), -torch.inf)",
+        "    log_copy = torch.where(copyable, log_slots.gather(-1, slot) - copies.log(), -torch.inf)",
+        "    log_copy = torch.where(copyable, log_slots.gather(-1, slot), -torch.inf)",
         ["tests/test_spelled_forward.py"],
     ),
     (
         "spelled ids: the speller's new word also takes the mass of the slots the window copies",
         M,
-        "log_new = _logsumexp_where(log_p[..., V:], in_slots == 0)",
-        "log_new = log_p[..., V:].logsumexp(-1)",
+        "    return log_copy, _logsumexp_where(log_slots, in_slots == 0)",
+        "    return log_copy, log_slots.logsumexp(-1)",
         ["tests/test_spelled_forward.py"],
     ),
     (
