@@ -10,8 +10,14 @@ from conftest import tiny_model
 from test_cli import run_script
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from modeling_pointer_sentinel.spelling import held_out, speller_bits_per_byte, speller_pairs, word_spellings
-from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
+from modeling_pointer_sentinel.spelling import (
+    held_out,
+    speller_bits_per_byte,
+    speller_pairs,
+    with_speller,
+    word_spellings,
+)
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary, spelling_vocabulary
 from modeling_pointer_sentinel.training import encode_lines
 
 COMMON = "the a of ship crew bay sank sailed was is".split()
@@ -82,8 +88,9 @@ def test_bad_folders_are_one_line(tmp_path):
     out = tmp_path / "spelled"
     none_held = run_script("add_speller.py", folder, out, *data, "--held_out", "1000")
     assert none_held.returncode == 2 and "holds none of the 0 held-out words" in none_held.stderr, none_held.stderr
-    done = run_script("add_speller.py", folder, out, *data, "--speller_size", "4", "--epochs", "1", "--held_out", "3")
-    assert done.returncode == 0, done.stderr
+    word = AutoModelForCausalLM.from_pretrained(folder)  # a folder with a speller already, made in-process
+    with_speller(word, 4).save_pretrained(out)
+    spelling_vocabulary(AutoTokenizer.from_pretrained(folder)).save_pretrained(out)
     again = run_script("add_speller.py", out, tmp_path / "again", *data)
     assert again.returncode == 2 and "has a speller already" in again.stderr and "Traceback" not in again.stderr
     no_valid = run_script("add_speller.py", folder, tmp_path / "x", "--train_file", tmp_path / "train.txt")
