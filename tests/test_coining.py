@@ -10,24 +10,19 @@ import pytest
 import torch
 from conftest import ROOT, tiny_model
 from test_cli import IMPORTS_OF, run_script, script_env
+from test_spelled_forward import spell as spell_with
 from test_spelled_forward import spelling_pair
 
 sys.path.insert(0, str(ROOT / "examples"))
 from coining import count_coined  # noqa: E402
 
 V, L = 10, 3
-END, CONT = V + 256, V + 257
 WORDS = ["<eos>", "the", "ship", "was", "a", "<unk>", "crew", "bay", "sunk", "of"]  # ids 0 … V-1
 VOCABULARY = {w.encode() for w in WORDS}
 
 
 def spell(word: str) -> list[int]:
-    """A word's ids in spell mode: its UTF-8 bytes, `<+w>` after every 64, then `</w>`."""
-    data = word.encode()
-    ids = []
-    for i in range(0, len(data), 64):
-        ids += [V + b for b in data[i : i + 64]] + [CONT]
-    return ids[:-1] + [END]
+    return spell_with(word, V)
 
 
 def ids(*parts) -> list[int]:

@@ -14,13 +14,13 @@ V, UNK, N, L = 23, 3, 8, 5
 END, CONT = V + 256, V + 257
 
 
-def spell(word: str) -> list[int]:
+def spell(word: str, vocab_size: int = V) -> list[int]:
     """A word's ids as the spelling tokenizer writes them: its UTF-8 bytes, `<+w>` after every 64, then `</w>`."""
     data = word.encode()
     ids = []
     for i in range(0, len(data), 64):
-        ids += [V + b for b in data[i : i + 64]] + [CONT]
-    return ids[:-1] + [END]
+        ids += [vocab_size + b for b in data[i : i + 64]] + [vocab_size + 257]
+    return ids[:-1] + [vocab_size + 256]
 
 
 def text(*parts) -> torch.Tensor:
