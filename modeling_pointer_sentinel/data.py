@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .tokenization import build_word_level_tokenizer, ends_lines_with_eos
+from .tokenization import build_word_level_tokenizer, ends_lines_with_eos, spelled_line_ids
 
 # Whitespace but space and tab: Python's str.split and the tokenizer's whitespace differ on some of it (\x1c-\x1f)
 ODD_SPACE = re.compile(r"[^\S \t]")
@@ -266,9 +266,8 @@ class _Encoder:
     def lines(self, lines: list[str]) -> np.ndarray:
         if self.words:
             return self.words.encode(lines)
-        if self.spelling is not None:  # each line with its line break, as `training.encode_lines` encodes it
-            rows = self.spelling([line + "\n" for line in lines], add_special_tokens=False).input_ids
-            return np.fromiter((i for row in rows for i in row), self.dtype)
+        if self.spelling is not None:
+            return np.array(spelled_line_ids(self.spelling, lines), dtype=self.dtype)
         return _encode_lines(self.backend, lines, self.line_rule, self.eos, self.dtype)
 
 

@@ -46,6 +46,12 @@ def ends_lines_with_eos(tokenizer) -> bool:
     return eos is not None and tokenizer.backend_tokenizer.encode("\n", add_special_tokens=False).ids == [eos]
 
 
+def spelled_line_ids(tokenizer, lines: list[str]) -> list[int]:
+    """A spelling tokenizer's ids of lines, each with its line break (its eos): through the tokenizer itself, since
+    its backend alone reads a word the vocabulary lacks as `<unk>` (the data code's path for spell mode)."""
+    return [i for row in tokenizer([line + "\n" for line in lines], add_special_tokens=False).input_ids for i in row]
+
+
 def add_line_rule(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
     """Give a word-level tokenizer saved before the line-break rule the rule (in place; ids of single lines do not
     change). Tokenizers that already have it are returned as they are."""

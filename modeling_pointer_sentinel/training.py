@@ -25,7 +25,7 @@ from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
 from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, PointerSentinelForCausalLM
-from .tokenization import ends_lines_with_eos
+from .tokenization import ends_lines_with_eos, spelled_line_ids
 
 
 def load_text_splits(
@@ -60,9 +60,8 @@ def encode_lines(tokenizer, lines: list[str]) -> torch.Tensor:
     if not lines:
         raise ValueError("The corpus is empty.")
     backend = tokenizer.backend_tokenizer
-    if getattr(tokenizer, "spell_unseen", False):  # the backend alone would read an unseen word as <unk>
-        return torch.tensor([i for row in tokenizer([line + "\n" for line in lines], add_special_tokens=False)
-                             .input_ids for i in row], dtype=torch.long)  # fmt: skip
+    if getattr(tokenizer, "spell_unseen", False):
+        return torch.tensor(spelled_line_ids(tokenizer, lines), dtype=torch.long)
     if ends_lines_with_eos(tokenizer):
         encodings = backend.encode_batch_fast([line + "\n" for line in lines], add_special_tokens=False)
         ids = [i for enc in encodings for i in enc.ids]
