@@ -18,7 +18,18 @@ and which take their share of `<unk>`'s vocabulary mass, as in the model's forwa
 V+k, and a used slot out of the window's reach score as forward's logits and loss score them). The batch size is
 dynamic. The exporter is `torch.onnx.export(dynamo=True)`, which captures the step with torch.export: the step is plain
 tensor operations (its LSTM cell is written out, where `nn.LSTM` is one opaque operator), so it exports whole; the
-TorchScript exporter is deprecated. Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized
+TorchScript exporter is deprecated.
+
+With a speller (`config.speller_size`: the ids carry the text, each word outside the vocabulary spelled in bytes and
+closed by `</w>`) the step is two graphs, the model's own `spelled_word_step` and `spelled_byte_step` (the arithmetic of
+`spelled_decode_step`, whose Python bookkeeping, a row's word in progress and its slots, the runner keeps):
+decode_step.onnx, the word step, takes the word's id (a vocabulary id, or V + k, its spelled word's slot) and its
+spelling (B, K) and gives log p (B, V + 258) (words, then the first byte of a new or copied word) and the speller's
+state; spell_step.onnx, a byte inside a word, takes the byte's id and that state and gives the next symbol's log p.
+spell_start.npz holds the speller's state before the first word (started from a zero h_t, as forward starts). The
+parity check then samples its steps (seeded) after a prompt with words the vocabulary lacks, so that it spells new
+words and copies them, and --test_file also reports bits per byte. config.vocab_limit is not exported (generate's
+fast step has none either). Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized
 per call) of the matrix products and the embedding lookup.
 """
 
@@ -66,17 +77,22 @@ if __name__ == "__main__":  # a mistaken command line fails here, before the imp
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from onnx_generate import run_step, session  # noqa: E402
+from onnx_generate import SpelledSteps, run_step, session  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
 from modeling_pointer_sentinel import PointerSentinelCache  # noqa: E402
 from modeling_pointer_sentinel.generation_pointer_sentinel import DecodeState, decode_state  # noqa: E402
 from modeling_pointer_sentinel.modeling_pointer_sentinel import (  # noqa: E402
+    SPELL_END,
     Placeholders,
+    SpellState,
     decode_step,
     pack_weights,
     pointer_mixture,
+    spell_state,
+    spelled_byte_step,
+    spelled_word_step,
 )
 
 
@@ -88,13 +104,8 @@ class DecodeStepGraph(torch.nn.Module):
         self.model, self.layers = model, len(model.model.layers)
 
     def forward(self, input_ids, *state):
-        n = self.layers
         state = [t.clone() for t in state]  # decode_step updates its state in place; the graph returns a new one
-        places = Placeholders.of(self.model.config)
-        history, window = (state[-2:], state[2 * n : -2]) if places else ([None, None], state[2 * n :])
-        if self.model.pointer is None:
-            window = [None, None, None, torch.zeros((), dtype=torch.long)]
-        s = DecodeState(state[:n], state[n : 2 * n], *window, *[None] * (5 - len(window)), *history)  # no context: None
+        s, places = as_decode_state(self.model, state), Placeholders.of(self.model.config)
         # Packed inside the graph: the exporter then meets each parameter through its module, once, so a tied
         # embedding is one initializer (the runtime folds the packing's concatenations when it loads the file).
         log_p, _ = decode_step(self.model, pack_weights(self.model, input_first=False), s, input_ids, True)
@@ -106,6 +117,76 @@ class DecodeStepGraph(torch.nn.Module):
                 places = places._replace(used=s.used, unk_count=s.unk_count)
                 log_p = pointer_mixture(log_p, nothing[:, 0], nothing - torch.inf, nothing.long(), places)
         return (log_p, *state_tensors(s))
+
+
+def as_decode_state(model, state: list[torch.Tensor]) -> DecodeState:
+    """The graph's state inputs, in `io_names`' order, as a DecodeState."""
+    n = len(model.model.layers)
+    history, window = (state[-2:], state[2 * n : -2]) if model.config.oov_slots else ([None, None], state[2 * n :])
+    if model.pointer is None:
+        window = [None, None, None, torch.zeros((), dtype=torch.long)]
+    return DecodeState(state[:n], state[n : 2 * n], *window, *[None] * (5 - len(window)), *history)  # no context: None
+
+
+# The speller's state between the graphs (`SpellState` less its Python rows): the word step writes it all, the byte
+# step reads it all and moves the speller (the last five).
+SPELL_NAMES = ["window_spellings", "copy_log_mass", "new_log_mass", "speller_hidden", "speller_cell", "prefix",
+               "prefix_log_prob", "next_log_probs"]  # fmt: skip
+
+
+class SpelledWordGraph(torch.nn.Module):
+    """`spelled_word_step` as a function of its state: the word's id and spelling, the word state and the window's
+    spellings in -> log p (B, V + 258), the word state and the whole speller state out."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, spelling, *state):
+        state = [t.clone() for t in state]
+        s = as_decode_state(self.model, state[:-1])
+        if s.keys is not None:  # room for the step's attention: the window's copies read it
+            s = s._replace(attention=s.keys.new_zeros(s.ids.shape))
+        spellings, B, S = state[-1], input_ids.shape[0], self.model.config.speller_size
+        h = spellings.new_zeros((B, S), dtype=torch.float32)  # the rest is written by the step
+        spell = SpellState(None, spellings, h.new_zeros(B, spellings.shape[1]), h.new_zeros(B), h, h.clone(),
+                           spelling.clone(), h.new_zeros(B), h.new_zeros(B, SPELL_END + 2))  # fmt: skip
+        log_p = spelled_word_step(self.model, pack_weights(self.model, input_first=False), s, spell, input_ids,
+                                  spelling, few=False)  # fmt: skip
+        return (log_p, *state_tensors(s), *spell[1:])
+
+
+class SpelledByteGraph(torch.nn.Module):
+    """`spelled_byte_step` as a function of its state: the byte's id and the speller state in -> log p (B, V + 258)
+    and the speller's moving part (`SPELL_NAMES`' last five) out."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, *spell):
+        spell = SpellState(None, *spell[:3], *(t.clone() for t in spell[3:]))
+        log_p = spelled_byte_step(self.model, pack_weights(self.model, input_first=False), spell,
+                                  input_ids - self.model.config.vocab_size, few=False)  # fmt: skip
+        return (log_p, *spell[4:])
+
+
+def spell_io_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The word graph's inputs and outputs, then the byte graph's."""
+    state = io_names(model)[0][1:]
+    word_in = ["input_ids", "spelling", *state, SPELL_NAMES[0]]
+    word_out = ["log_probs", *(f"{s}.out" for s in state), *(f"{s}.out" for s in SPELL_NAMES)]
+    return word_in, word_out, ["input_ids", *SPELL_NAMES], ["log_probs", *(f"{s}.out" for s in SPELL_NAMES[3:])]
+
+
+def empty_spell_state(model, batch: int) -> list[torch.Tensor]:
+    """The speller's state before the first token (`SPELL_NAMES`' order): `spell_state` of forward's empty cache (the
+    speller started from a zero h_t, nothing to copy), each row alike."""
+    cache = PointerSentinelCache()
+    with torch.no_grad():
+        model(torch.zeros(1, 1, dtype=torch.long), attention_mask=torch.zeros(1, 1), past_key_values=cache)
+        one = spell_state(model, pack_weights(model, input_first=False), cache)
+    return [t.expand(batch, *t.shape[1:]).clone() for t in one[1:]]
 
 
 def state_tensors(s: DecodeState) -> list[torch.Tensor]:
@@ -134,14 +215,43 @@ def empty_state(model, batch: int) -> list[torch.Tensor]:
 
 
 def export(model, path: Path):
-    inputs, outputs = io_names(model)
-    state = empty_state(model, 2)
+    """decode_step.onnx at `path`; with a speller the word step there and the byte step beside it (`spell_path`)."""
     batch = torch.export.Dim("batch", min=1)
-    shapes = ({0: batch}, tuple(None if t.dim() == 0 else {0: batch} for t in state))
-    program = torch.onnx.export(DecodeStepGraph(model).eval(), (torch.tensor([1, 2]), *state), dynamo=True,
-                                input_names=inputs, output_names=outputs, dynamic_shapes=shapes,
-                                optimize=True, verbose=False)  # fmt: skip
-    program.save(str(path))
+    state = empty_state(model, 2)
+    if not model.config.speller_size:
+        graphs = [(DecodeStepGraph(model), path, (torch.tensor([1, 2]), *state), *io_names(model))]
+    else:
+        word_in, word_out, byte_in, byte_out = spell_io_names(model)
+        spell, V = empty_spell_state(model, 2), model.config.vocab_size
+        graphs = [(SpelledWordGraph(model), path, (torch.tensor([1, V]), spell[5].clone(), *state, spell[0]),
+                   word_in, word_out),
+                  (SpelledByteGraph(model), spell_path(path), (torch.tensor([V + 65, V + 66]), *spell), byte_in,
+                   byte_out)]  # fmt: skip
+    for graph, file, args, inputs, outputs in graphs:
+        lead = 2 if isinstance(graph, SpelledWordGraph) else 1  # the arguments before forward's *state
+        shapes = (*[{0: batch}] * lead, tuple(None if t.dim() == 0 else {0: batch} for t in args[lead:]))
+        program = torch.onnx.export(graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs,
+                                    dynamic_shapes=shapes, optimize=True, verbose=False,
+                                    custom_translation_table={torch.ops.aten.logaddexp.default: logaddexp})  # fmt: skip
+        program.save(str(file))
+    if model.config.speller_size:  # the state before the first token, for the runner (which has no PyTorch)
+        start = empty_spell_state(model, 1)
+        np.savez(path.parent / "spell_start.npz", **{n: t.numpy() for n, t in zip(SPELL_NAMES, start, strict=True)})
+
+
+def logaddexp(a, b):
+    """torch.logaddexp for the exporter, as log(e^a + e^b) = max + log(1 + e^-|a - b|). The exporter's own is
+    log(exp(a) + exp(b)), which is -inf below log(float32's least normal) (-87): a spelled word's prefix reaches it in
+    a few dozen bytes. Two -inf give -inf (no inf - inf)."""
+    from onnxscript import opset18 as op
+
+    gap = op.Where(op.Equal(a, b), op.CastLike(0.0, a), op.Neg(op.Abs(op.Sub(a, b))))
+    return op.Add(op.Max(a, b), op.Log(op.Add(op.CastLike(1.0, a), op.Exp(gap))))
+
+
+def spell_path(path: Path) -> Path:
+    """The byte step's file beside the word step's: decode_step[.int8].onnx -> spell_step[.int8].onnx."""
+    return path.with_name(path.name.replace("decode_step", "spell_step"))
 
 
 def fold_constants(model):
@@ -230,7 +340,11 @@ def tokenizer_code(folder: Path) -> list[str]:
 
 def parity_prompt(model, tokenizer) -> list[int]:
     """The parity check's prompt: a news phrase and, with placeholders, two of them among the last words, so the
-    steps after it mix copies of placeholders and split `<unk>`'s share."""
+    steps after it mix copies of placeholders and split `<unk>`'s share; with a speller, two made-up names spelled in
+    it, one of them twice, so the steps after it can copy them."""
+    if model.config.speller_size:
+        text = "the company said that Zorblaxian met Quentrovia . later Zorblaxian said"
+        return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
     prompt = [int(i) for i in tokenizer("the company said that the company", add_special_tokens=False)["input_ids"]]
     prompt = [i for i in prompt if i < model.config.vocab_size] or [1]
     if places := Placeholders.of(model.config):
@@ -258,6 +372,48 @@ def parity(model, sess, steps: int, prompt: list[int]) -> float:
     return worst
 
 
+def spelled_runner(model, path: Path) -> SpelledSteps:
+    """The runner's two-graph stepper on the word step at `path` and the byte step beside it."""
+    start = dict(np.load(path.parent / "spell_start.npz"))
+    return SpelledSteps(session(path), session(spell_path(path)), model.config.vocab_size, model.config.oov_slots,
+                        start)  # fmt: skip
+
+
+def spelled_parity(model, runner: SpelledSteps, steps: int, prompt: list[int], seed: int = 0) -> dict:
+    """Largest |log p_onnx - log p_torch| over the prompt and `steps` steps sampled after it (numpy, seeded, from
+    PyTorch's log p, generation_config's suppressed tokens left out): PyTorch's side is generate's own, forward on the
+    first token and `spelled_decode_step` after it. Also counts the words the samples spelled and those of them that
+    repeat a spelled word before them."""
+    suppress = list(model.generation_config.suppress_tokens or [])
+    rng, tokens, worst, V = np.random.default_rng(seed), list(prompt), 0.0, model.config.vocab_size
+    cache, row = PointerSentinelCache(), runner.empty()
+    with torch.no_grad():
+        want = model(torch.tensor([tokens[:1]]), past_key_values=cache).logits[:, -1]
+        state, spell = model._spell_state(cache, decode_state(cache))
+        weights = model._packed_weights()
+        for i in tqdm(range(len(prompt) + steps - 1), desc="parity", leave=False):
+            if i:
+                want = model._spelled_step(weights, state, spell, tokens[i])
+            got = runner.step(tokens[i], row)
+            finite = torch.isfinite(want)
+            assert torch.equal(finite, torch.from_numpy(np.isfinite(got))), "ONNX and PyTorch differ in -inf entries"
+            worst = max(worst, float((torch.from_numpy(got) - want)[finite].abs().max()))
+            if i + 1 == len(tokens):
+                p = want[0].double().exp().numpy()
+                p[suppress] = 0
+                tokens.append(int(rng.choice(p.shape[0], p=p / p.sum())))
+    seen, word, spelled, repeats = set(), [], 0, 0
+    for i, t in enumerate(tokens):
+        if t - V == SPELL_END:
+            sampled = i >= len(prompt)  # a word the samples closed
+            spelled, repeats = spelled + sampled, repeats + (sampled and tuple(word) in seen)
+            seen.add(tuple(word))
+            word = []
+        elif t >= V:
+            word.append(t)
+    return {"max_abs_log_prob_diff": worst, "spelled_words_sampled": spelled, "of_which_repeats": repeats}
+
+
 def stream_log_probs(step, streams: torch.Tensor, state) -> float:
     """Sum of log p(target) over (B, N) streams, one step at a time; `step(ids, state) -> (log_probs, state)`."""
     total = 0.0
@@ -276,6 +432,8 @@ def perplexities(model, paths: dict, test_file: Path, tokenizer, batch_size: int
         ids = ids[: max_tokens + batch_size]
     streams = shard_streams(ids, batch_size)
     n = streams.shape[0] * (streams.shape[1] - 1)
+    if model.config.speller_size:
+        return spelled_perplexities(model, paths, streams, tokenizer)
     graph, names = DecodeStepGraph(model).eval(), io_names(model)[0][1:]
 
     def torch_step(ids, state):
@@ -293,8 +451,48 @@ def perplexities(model, paths: dict, test_file: Path, tokenizer, batch_size: int
     return result
 
 
-def decode_speed(model, path: Path, steps: int = 300) -> float:
-    """ms per step at batch 1 on one thread (the steady state, after a warm-up)."""
+def spelled_perplexities(model, paths: dict, streams: torch.Tensor, tokenizer, chunk: int = 100) -> dict:
+    """Per-id perplexity and bits per byte (over the UTF-8 bytes of the text the targets spell) of PyTorch's forward
+    (in chunks, with the cache) and of each graph (its runner, row by row)."""
+    n, targets = streams.shape[0] * (streams.shape[1] - 1), streams[:, 1:]
+    text_bytes = sum(len(tokenizer.decode(row).encode()) for row in targets.tolist())
+    cache, total = PointerSentinelCache(), 0.0
+    with torch.no_grad():
+        for start in range(0, streams.shape[1] - 1, chunk):
+            x = streams[:, start : min(start + chunk, streams.shape[1] - 1)]
+            log_p = model(x, past_key_values=cache).logits
+            total += float(log_p.gather(-1, targets[:, start : start + x.shape[1], None]).sum())
+    result = {"targets": n, "batch_size": streams.shape[0], "text_bytes": text_bytes}
+
+    def add(name, total):
+        result[name], result[f"{name}_bits_per_byte"] = float(np.exp(-total / n)), -total / np.log(2) / text_bytes
+
+    add("pytorch", total)
+    for name, path in paths.items():
+        runner, total = spelled_runner(model, path), 0.0
+        for row in tqdm(streams.tolist(), desc=f"score {name}", leave=False):
+            state = runner.empty()
+            for t in range(len(row) - 1):
+                total += float(runner.step(row[t], state)[0, row[t + 1]])
+        add(name, total)
+    return result
+
+
+def decode_speed(model, path: Path, steps: int = 300) -> float | dict:
+    """ms per step at batch 1 on one thread (the steady state, after a warm-up); with a speller, of the word step and
+    of the byte step, on the same word and byte again and again."""
+    if model.config.speller_size:
+        runner, V, times = spelled_runner(model, path), model.config.vocab_size, {}
+        state = runner.empty()
+        for name, token in (("word_step", 1), ("byte_step", V + ord("a"))):
+            for _ in range(20):
+                runner.step(token, state)
+            start = time.perf_counter()
+            for _ in range(steps):
+                runner.step(token, state)
+            times[name] = (time.perf_counter() - start) / steps * 1e3
+            state["words"].word = []  # the bytes of no word: the next word step is well formed
+        return times
     sess, names = session(path), io_names(model)[0][1:]
     state = [t.numpy() for t in empty_state(model, 1)]
     ids = np.array([1])
@@ -316,6 +514,8 @@ def main(argv=None):
         fail(f"{e.name} is not installed: pip install 'modeling-pointer-sentinel[onnx]'")
     torch.set_num_threads(1)
     tokenizer, model = load_saved_model(args.folder)
+    if model.config.speller_size and model.config.vocab_limit:
+        fail(f"{args.folder}: config.vocab_limit={model.config.vocab_limit} is not exported with the speller")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in [*FILES, *tokenizer_code(Path(args.folder))]:
@@ -326,21 +526,30 @@ def main(argv=None):
     if args.int8:
         paths["onnx_int8"] = out / "decode_step.int8.onnx"
         quantize(paths["onnx_fp32"], paths["onnx_int8"])
+        if model.config.speller_size:
+            quantize(spell_path(paths["onnx_fp32"]), spell_path(paths["onnx_int8"]))
     inputs, outputs = io_names(model)
+    if model.config.speller_size:
+        word_in, word_out, byte_in, byte_out = spell_io_names(model)
+        inputs, outputs = {"word_step": word_in, "byte_step": byte_in}, {"word_step": word_out, "byte_step": byte_out}
     prompt = parity_prompt(model, tokenizer)
+    if model.config.speller_size:  # sampled steps, so that new words are spelled and copied
+        check = spelled_parity(model, spelled_runner(model, paths["onnx_fp32"]), args.check_steps, prompt)
+    else:
+        check = {"max_abs_log_prob_diff": parity(model, session(paths["onnx_fp32"]), args.check_steps, prompt)}
     report = {
         "source": str(args.folder),
         "exporter": f"torch.onnx.export(dynamo=True), torch {torch.__version__}",
         "inputs": inputs,
         "outputs": outputs,
-        "parity": {
-            "steps": args.check_steps,
-            "max_abs_log_prob_diff": parity(model, session(paths["onnx_fp32"]), args.check_steps, prompt),
-        },  # fmt: skip
-        "file_bytes": {k: p.stat().st_size for k, p in paths.items()},
+        "parity": {"steps": args.check_steps, **check},
+        "file_bytes": {k: sum(f.stat().st_size for f in {p, spell_path(p)} if f.is_file()) for k, p in paths.items()},
         "ms_per_step_batch1_thread1": {k: decode_speed(model, p) for k, p in paths.items()},
     }
-    if args.int8:
+    if args.int8 and model.config.speller_size:
+        int8 = spelled_parity(model, spelled_runner(model, paths["onnx_int8"]), 50, prompt)["max_abs_log_prob_diff"]
+        report["parity"]["int8_max_abs_log_prob_diff"] = int8
+    elif args.int8:
         report["parity"]["int8_max_abs_log_prob_diff"] = parity(model, session(paths["onnx_int8"]), 50, prompt)
     if args.test_file is not None:
         report["test_perplexity"] = perplexities(model, paths, args.test_file, tokenizer, args.batch_size,

@@ -11,6 +11,12 @@ gets a placeholder id, which the exported step can copy, and the output writes t
 table (`BatchEncoding.oov_words`; one table per prompt, so a batch never mixes them up). The folder's tokenizer is
 remote code (exported beside the graph), so it is loaded with `trust_remote_code=True`.
 
+A folder with a speller (`config.speller_size`: its tokenizer spells each word the vocabulary lacks in bytes,
+closed by `</w>`) has two graphs, the word step (decode_step.onnx) and the byte step inside a word (spell_step.onnx),
+and each row steps on its own (`SpelledSteps`): its words in progress and its slots are Python state, as in PyTorch's
+one-row spelled step. Such a folder writes new words in bytes and copies the prompt's, and its ids carry them (no
+table).
+
 Greedy decoding gives the tokens `model.generate(do_sample=False)` gives in PyTorch, and the text that
 `pipeline("text-generation")` gives: the same step, the same suppressed tokens (generation_config.json's
 `suppress_tokens`, e.g. <unk>), the same end (generation_config.json's `eos_token_id`; the shipped folders name none,
@@ -53,6 +59,79 @@ def run_step(sess, names: list[str], ids: np.ndarray, state: list[np.ndarray]):
     return out[0], out[1:]
 
 
+# The model's spelling symbols after the V words (modeling_pointer_sentinel.py's SPELL_END, SPELL_CONT, SPELL_SYMBOLS)
+SPELL_END, SPELL_CONT, SPELL_SYMBOLS = 256, 257, 258
+
+
+class SpelledWords:
+    """One row's spelled words, as the model's `SpelledRow` keeps them (tests/test_onnx_spelled.py holds the two
+    alike): the word in progress, and each distinct word's slot, reused once its word is the least recent."""
+
+    def __init__(self):
+        self.slots, self.last_seen, self.word, self.clock = {}, {}, [], 0
+
+    def slot(self, spelling: tuple, n: int) -> int:
+        k = self.slots.get(spelling)
+        if k is None:
+            if len(self.slots) < n:
+                k = len(self.slots)
+            else:
+                k = min(self.last_seen, key=self.last_seen.get)
+                del self.slots[next(w for w, j in self.slots.items() if j == k)]
+            self.slots[spelling] = k
+        self.last_seen[k], self.clock = self.clock, self.clock + 1
+        return k
+
+
+class SpelledSteps:
+    """The two graphs of a folder with a speller, one row at a time: a byte (or `<+w>`) is the byte step, a word (a
+    vocabulary id, or `</w>` read as its word's slot V + k) the word step, as the model's `spelled_decode_step` reads
+    them. A row's state is a dict of arrays (batch 1) and its `SpelledWords`; the state before the first token is
+    spell_start.npz (the speller started from a zero h_t, as forward starts), zeros for the rest."""
+
+    def __init__(self, word, byte, vocab_size: int, oov_slots: int, start: dict):
+        self.word, self.byte, self.V, self.n, self.start = word, byte, vocab_size, oov_slots, start
+        self.word_in = [i.name for i in word.get_inputs()]
+        self.byte_in = [i.name for i in byte.get_inputs()]
+        self.word_out = [o.name.removesuffix(".out") for o in word.get_outputs()]
+        self.byte_out = [o.name.removesuffix(".out") for o in byte.get_outputs()]
+        self.K = word.get_inputs()[1].shape[-1]  # a copied word's places: `spelling` (B, K)
+
+    def empty(self) -> dict:
+        dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
+        state = {i.name: np.zeros([1 if not isinstance(d, int) else d for d in i.shape], dtypes[i.type])
+                 for i in self.word.get_inputs()[2:]}  # fmt: skip
+        return {**state, **{k: v.copy() for k, v in self.start.items()}, "words": SpelledWords()}
+
+    def step(self, token: int, state: dict) -> np.ndarray:
+        """One token of one row: log p (1, V + SPELL_SYMBOLS) of the next; `state` updated."""
+        row, s = state["words"], token - self.V
+        if 0 <= s < SPELL_SYMBOLS and s != SPELL_END:  # inside a word
+            if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
+                raise ValueError("`<+w>` must follow a spelled byte.")
+            row.word.append(s)
+            sess, names, feed = self.byte, self.byte_out, {}
+        else:
+            if s == SPELL_END:
+                if not row.word or row.word[-1] == SPELL_CONT:
+                    raise ValueError("`</w>` must close a spelled word: it follows no byte here.")
+                spelling, row.word = (*row.word, SPELL_END), []
+                token = self.V + row.slot(spelling, self.n)
+            elif row.word:
+                raise ValueError("A spelled word must end with `</w>` before the next word.")
+            else:
+                spelling = ()
+            kept = np.full((1, self.K), -1, np.int64)  # a word too long to copy is spelled, never copied
+            if len(spelling) <= self.K:
+                kept[0, : len(spelling)] = spelling
+            sess, names, feed = self.word, self.word_out, {"spelling": kept}
+        inputs = self.byte_in if sess is self.byte else self.word_in
+        feed |= {n: state[n] for n in inputs if n not in ("input_ids", "spelling")}
+        out = sess.run(None, {"input_ids": np.array([token], np.int64), **feed})
+        state.update(zip(names[1:], out[1:], strict=True))
+        return out[0]
+
+
 class OnnxPointerSentinel:
     """The exported decode step and its state, as numpy arrays: `prefill` a prompt, then `generate`."""
 
@@ -61,8 +140,10 @@ class OnnxPointerSentinel:
 
         folder = Path(folder)
         path = folder / ("decode_step.int8.onnx" if int8 else "decode_step.onnx")
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} is missing: run examples/export_onnx.py{' --int8' if int8 else ''}")
+        spell = folder / ("spell_step.int8.onnx" if int8 else "spell_step.onnx")
+        for p in (path, spell) if (folder / "spell_start.npz").is_file() else (path,):
+            if not p.is_file():
+                raise FileNotFoundError(f"{p} is missing: run examples/export_onnx.py{' --int8' if int8 else ''}")
         self.session = session(path, threads)
         self.inputs = self.session.get_inputs()
         self.names = [i.name for i in self.inputs[1:]]
@@ -77,7 +158,11 @@ class OnnxPointerSentinel:
         # With <unk>, each row's next unused slot V + k (state oov_used = k): a new word, with no spelling to write
         model = json.loads((folder / "config.json").read_text())
         self.vocab_size, self.oov_slots = model["vocab_size"], model.get("oov_slots", 0)
-        new_slot = "oov_used" in self.names and model.get("unk_token_id") in self.suppress
+        self.spelled = None  # with a speller: its columns after V are spelling symbols, no slots
+        if (folder / "spell_start.npz").is_file():
+            start = dict(np.load(folder / "spell_start.npz"))
+            self.spelled = SpelledSteps(self.session, session(spell, threads), self.vocab_size, self.oov_slots, start)
+        new_slot = "oov_used" in self.names and model.get("unk_token_id") in self.suppress and not self.spelled
         self.new_slot = self.names.index("oov_used") if new_slot else None
 
     def encode(self, text: str) -> tuple[list[int], list[str]]:
@@ -97,18 +182,24 @@ class OnnxPointerSentinel:
         new = list(new)
         while new and new[-1] in ends:
             new.pop()
-        kw = {"oov_words": table}  # the prompt's own table, also when empty: what this prompt's words were
+        kw = {} if self.spelled else {"oov_words": table}  # the prompt's own table, also when empty (the ids carry
+        # a spelled folder's words)
         head, whole = self.tokenizer.decode(prompt_ids, **kw), self.tokenizer.decode(prompt_ids + new, **kw)
         more = whole[len(head) :] if whole.startswith(head) else " " + self.tokenizer.decode(new, **kw)
         return prompt + (more.removeprefix(" ") if prompt[-1:].isspace() else more)
 
-    def empty_state(self, batch: int) -> list[np.ndarray]:
-        """Zeros for every state input, the batch dimension set: the state before the first token."""
+    def empty_state(self, batch: int) -> list:
+        """Zeros for every state input, the batch dimension set: the state before the first token (with a speller,
+        each row's own state, `SpelledSteps.empty`)."""
+        if self.spelled:
+            return [self.spelled.empty() for _ in range(batch)]
         dtypes = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_}
         return [np.zeros([batch if not isinstance(d, int) else d for d in i.shape], dtypes[i.type])
                 for i in self.inputs[1:]]  # fmt: skip
 
-    def step(self, ids: np.ndarray, state: list[np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    def step(self, ids: np.ndarray, state: list) -> tuple[np.ndarray, list]:
+        if self.spelled:  # row by row: each row's words and bytes interleave differently
+            return np.concatenate([self.spelled.step(int(i), row) for i, row in zip(ids, state, strict=True)]), state
         return run_step(self.session, self.names, ids, state)
 
     def prefill(self, prompt: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -124,6 +215,8 @@ class OnnxPointerSentinel:
         """Rows prefilled apart, as one batch. Each row's window ring is rotated to start at slot 0 (the attention is
         a softmax over the slots, so their order does not matter), which lets the rows share one slot."""
         names = self.names
+        if self.spelled:
+            return [row for s in states for row in s]
         if "window_slot" not in names:
             return [np.concatenate(parts) for parts in zip(*states, strict=True)]
         at = names.index("window_slot")

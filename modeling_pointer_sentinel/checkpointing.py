@@ -404,7 +404,7 @@ def save_checkpoint(
     if accelerator.is_main_process:
         for name, obj in states.items():
             write_state(tmp / name, obj.state_dict())
-    write_state(tmp / f"stream_state_{accelerator.process_index}.safetensors", streams.state_dict())
+    write_state(tmp / f"stream_state_{accelerator.process_index}.safetensors", stream_state(streams))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         files = sorted(p for p in tmp.iterdir() if p.is_file())
@@ -583,6 +583,20 @@ def check_tokens_per_stream(resume: Path, saved: dict | None, tokens: int):
         )
 
 
+def stream_state(cache) -> dict:
+    """A `PointerSentinelCache`'s state as a checkpoint holds it: tensors, and with a speller each row's spelled words
+    (`SpelledRow`: slots, window, the word in progress) as lists and numbers, which `training.load_resume` rebuilds."""
+    state = cache.state_dict()
+    if state.get("spelled_rows") is not None:
+        state["spelled_rows"] = [{"slots": [[list(w), k] for w, k in r.slots.items()],
+                                  "last_seen": [[k, c] for k, c in r.last_seen.items()],
+                                  "window": [None if w is None else list(w) for w in r.window], "word": list(r.word),
+                                  "clock": r.clock} for r in state["spelled_rows"].rows]  # fmt: skip
+    if state.get("spell_anchor") is not None:
+        state["spell_anchor"] = list(state["spell_anchor"])  # per field, rows first (re-sharded as the layers are)
+    return state
+
+
 def resharded_stream_state(resume: Path, saved_batch: int, B: int, rank: int) -> dict:
     """This rank's stream state (global streams rank*B .. rank*B+B-1) from a checkpoint whose ranks held saved_batch
     streams each: the rows of the saved ranks that hold them, concatenated in rank order. Read on the CPU."""
@@ -599,7 +613,9 @@ def resharded_stream_state(resume: Path, saved_batch: int, B: int, rank: int) ->
     try:
         merged = dict(states[0])  # seen_tokens, and None where the state is empty (an epoch's start): the same on all
         for key, value in states[0].items():
-            if isinstance(value, torch.Tensor):
+            if key == "spelled_rows" and value is not None:  # one entry per row
+                merged[key] = [row for s in states for row in s[key]][skip : skip + B]
+            elif isinstance(value, torch.Tensor):
                 merged[key] = rows(s[key] for s in states)
             elif isinstance(value, list):  # per layer
                 merged[key] = [rows(layer) for layer in zip(*(s[key] for s in states), strict=True)]

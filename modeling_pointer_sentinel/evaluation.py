@@ -120,7 +120,10 @@ def _forward(model, x, y, cache):
 
 def _record(out, y, keep_hidden: bool) -> tuple:
     hidden = out.last_hidden_state.detach().float().cpu() if keep_hidden else None
-    return y.cpu(), out.target_log_probs.cpu(), out.vocab_target_log_probs.cpu(), out.gate.detach().cpu(), hidden
+    # with the speller (config.speller_size) the forward gives no vocabulary share or gate: every id is its text's
+    vocab = None if out.vocab_target_log_probs is None else out.vocab_target_log_probs.cpu()
+    gate = None if out.gate is None else out.gate.detach().cpu()
+    return y.cpu(), out.target_log_probs.cpu(), vocab, gate, hidden
 
 
 def _stream_outputs(parts: list[tuple]) -> StreamOutputs:

@@ -68,6 +68,17 @@ def with_speller(word_model: PointerSentinelForCausalLM, speller_size: int, **co
     return model.to(word_model.device)
 
 
+def without_speller(model: PointerSentinelForCausalLM) -> PointerSentinelForCausalLM:
+    """The word model under a folder's speller (`with_speller`'s inverse): the same weights but the speller's, its
+    logits over the vocabulary and the placeholder slots. Text that spells no word scores as with the speller."""
+    settings = model.config.to_dict() | {"speller_size": 0, "vocab_limit": 0}
+    word = PointerSentinelForCausalLM(type(model.config).from_dict(settings))
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("speller.")}
+    word.load_state_dict(state)
+    word.generation_config = copy.deepcopy(model.generation_config)
+    return word.to(model.device, model.dtype).train(model.training)
+
+
 def _spelling_table(words: torch.Tensor, spellings: dict) -> torch.Tensor:
     """(max word id + 1, K): each word's symbols, padded with -1."""
     table = torch.full((int(words.max()) + 1, max(map(len, spellings.values()))), -1, dtype=torch.long)
@@ -226,3 +237,24 @@ def bits_per_byte_by_kind(nats: torch.Tensor, kinds: list[str], word_bytes: torc
             result[name] = {"words": int(pick.sum()), "bytes": int(n_bytes), "bits_per_byte": b / n_bytes,
                             "bits_share": b / total_bits}  # fmt: skip
     return result
+
+
+@torch.no_grad()
+def text_bits_per_byte(model: PointerSentinelForCausalLM, tokenizer, ids: torch.Tensor, batch_size: int = 10,
+                       bptt: int = 200) -> dict:  # fmt: skip
+    """`bits_per_byte_by_kind` of a spell-mode id stream (examples/evaluate.py's measure, for train.py's validation
+    and test): each word counted with its UTF-8 bytes and one separator (a line's `<eos>` is the separator of the
+    word before it), scored by `word_nats`. A stream cut inside a spelled word is read up to the word before."""
+    V, L = model.config.vocab_size, model.config.pointer_window
+    ends = ((ids < V) | (ids == V + SPELL_END)).nonzero()
+    ids = ids[: int(ends[-1]) + 1] if len(ends) else ids[:0]
+    owner, kinds, spelled = spelled_words(ids.tolist(), V, L)
+    word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
+    word_ids[owner[ids < V]] = ids[ids < V]
+    vocab_bytes = torch.tensor([len(t.encode()) + 1 for t in tokenizer.convert_ids_to_tokens(list(range(V)))])
+    vocab_bytes[tokenizer.eos_token_id] = 0  # the line break: the separator of the word before it
+    word_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
+    training = model.training
+    nats = word_nats(model.eval(), ids, owner, batch_size, bptt)
+    model.train(training)
+    return bits_per_byte_by_kind(nats, kinds, word_bytes)

@@ -11,7 +11,8 @@ Text rules read raw text the way the corpus was written and write natural text b
   (`Du Fu 's poems , 1 @,@ 200` -> `Du Fu's poems, 1,200`).
 - "ptb" (Mikolov's PTB): lower case, numbers as `N` (and `%` as `N`: the corpus has `N N` 6,488 times and `percent`
   16), `n't` split off as `do n't`, and the punctuation the corpus dropped dropped.
-- "whitespace": words are what whitespace separates (any other corpus).
+- "whitespace": words are what whitespace separates (any other tokenized corpus).
+Raw text (ordinary prose, whose words carry their punctuation: `is_raw_text`) is read by the wikitext rules.
 Text already in the corpus's form reads unchanged: its vocabulary's words that the rules would split (`U.S.`, `<unk>`,
 `mr.`) are kept whole, so the training data and its ids stay as they are.
 """
@@ -102,13 +103,51 @@ _DECODE = {
 }  # fmt: skip
 
 
-def detect_text_rules(counts: Counter) -> str:
-    """The rule set a corpus was written in, from its word counts: WikiText's `@-@`, PTB's `N` in lower-case text."""
+# A word with punctuation written on to it (`said,` `Shakespeare.` `end."`): raw text, not a tokenized corpus
+_ATTACHED = re.compile(r"\w[,.;:!?]+[\"')\]]*$")
+RAW_TEXT_SHARE = 0.02  # prose has a comma or a full stop on ~10% of its words; a tokenized corpus only its `U.S.`
+
+
+def _corpus_form(counts: Counter) -> str | None:
+    """The benchmark a tokenized corpus was written like, from its word counts: WikiText's `@-@`, PTB's `N` in
+    lower-case text; None for any other."""
     if counts["@-@"] or counts["@,@"]:
         return "wikitext"
     if counts["N"] and not any(w != "N" and w != w.lower() for w in counts):
         return "ptb"
-    return "whitespace"
+    return None
+
+
+def is_raw_text(counts: Counter) -> bool:
+    """Whether a corpus's whitespace words are raw text (ordinary prose): not in a benchmark's form, and more than
+    RAW_TEXT_SHARE of them carry punctuation written on to a word. A tokenized corpus writes its marks apart."""
+    if _corpus_form(counts):  # its `mr.` and `U.S.` are words of the corpus
+        return False
+    words = sum(n for w, n in counts.items() if w != EOS)
+    attached = sum(n for w, n in counts.items() if _ATTACHED.search(w))
+    return words > 0 and attached > RAW_TEXT_SHARE * words
+
+
+def detect_text_rules(counts: Counter) -> str:
+    """The rule set a corpus was written in, from its word counts (`_corpus_form`); raw text (`is_raw_text`) reads
+    by the wikitext rules too, which split punctuation and clitics off its words and join them back in decoding; any
+    other corpus is split at whitespace."""
+    return _corpus_form(counts) or ("wikitext" if is_raw_text(counts) else "whitespace")
+
+
+def rule_words(counts: Counter, rules: str) -> Counter:
+    """Raw text's word counts as the rule set reads them: each whitespace word cut into its pieces (the rules look no
+    further than the whitespace around a word), in first-appearance order, so the vocabulary holds `Shakespeare` and
+    `,` rather than `Shakespeare,`."""
+    normalizer, cut = _normalizer(rules), _pre_tokenizer(rules, ())
+    out = Counter()
+    for w, n in counts.items():
+        if w == EOS:
+            out[w] += n
+            continue
+        for piece, _ in cut.pre_tokenize_str(normalizer.normalize_str(w) if normalizer else w):
+            out[piece] += n
+    return out
 
 
 def _normalizer(rules: str) -> normalizers.Normalizer | None:
@@ -159,7 +198,8 @@ def add_text_rules(tokenizer: PreTrainedTokenizerFast, rules: str) -> PreTrained
 def build_word_level_tokenizer(
     lines: Iterable[str], max_vocab_size: int | None = None, text_rules: str = "auto", min_frequency: int = 1
 ) -> PreTrainedTokenizerFast:
-    """A WordLevel tokenizer over the whitespace tokens of `lines` plus `<eos>` (once per line) and `<unk>`.
+    """A WordLevel tokenizer over the whitespace tokens of `lines` plus `<eos>` (once per line) and `<unk>`; of raw
+    text (`is_raw_text`, recorded as the tokenizer's `raw_text`) over the pieces its text rules cut those into.
 
     Ids follow frequency (most frequent first, ties by first appearance), as the word-LM reference readers do.
     `<unk>` is known only to the WordLevel model, not declared as a special token: pipelines drop special tokens
@@ -171,6 +211,8 @@ def build_word_level_tokenizer(
     (`<eos>` and `<unk>` included, always kept), are left out and so read as `<unk>`, which counts their occurrences
     for its place in the frequency order (the adaptive softmax's clusters need the ids in the training text's order).
     """
+    if text_rules not in ("auto", *TEXT_RULES):
+        raise ValueError(f"text_rules must be one of {TEXT_RULES} or 'auto', got {text_rules!r}")
     if max_vocab_size is not None and max_vocab_size < 2 or min_frequency < 1:
         raise ValueError(f"max_vocab_size must be >= 2 (<eos> and <unk>) and min_frequency >= 1, got "
                          f"{max_vocab_size} and {min_frequency}.")  # fmt: skip
@@ -180,6 +222,10 @@ def build_word_level_tokenizer(
         counts[EOS] += 1
     if not counts[EOS]:
         raise ValueError("Cannot build a tokenizer from an empty corpus.")
+    rules = detect_text_rules(counts) if text_rules == "auto" else text_rules
+    raw = is_raw_text(counts)
+    if raw and rules != "whitespace":  # raw text: its vocabulary is the words the rules cut it into
+        counts = rule_words(counts, rules)
     counts.setdefault(UNK, 0)
     ranked = counts.most_common()  # by count, ties by first appearance
     if max_vocab_size is None and min_frequency == 1:
@@ -197,16 +243,24 @@ def build_word_level_tokenizer(
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tk, eos_token=EOS, pad_token=EOS, bos_token=EOS, padding_side="left"
     )
-    return add_text_rules(tokenizer, detect_text_rules(counts) if text_rules == "auto" else text_rules)
+    tokenizer = add_text_rules(tokenizer, rules)
+    tokenizer.init_kwargs["raw_text"] = raw  # saved: train.py gives a tokenizer of raw text a speller by default
+    return tokenizer
 
 
 def open_vocabulary(tokenizer: PreTrainedTokenizerFast, oov_slots: int = 256) -> PointerSentinelTokenizer:
     """The word-level tokenizer as a `PointerSentinelTokenizer`: the same word ids and text rules, `oov_slots`
     placeholders after the words, so each word the vocabulary lacks keeps its identity (tokenization_pointer_sentinel).
-    The word ids, and so every id of text in corpus form, are unchanged."""
+    The word ids, and so every id of text in corpus form, are unchanged; a spelling tokenizer's spelling tokens go."""
     if isinstance(tokenizer, PointerSentinelTokenizer) and tokenizer.oov_slots == oov_slots:
         return tokenizer
     tk = tokenizer.backend_tokenizer
+    if getattr(tokenizer, "spell_unseen", False):  # the same words, read as placeholders: the spelling tokens go
+        state, words = json.loads(tk.to_str()), tk.get_vocab_size(with_added_tokens=False)
+        state["added_tokens"] = [t for t in state["added_tokens"] if t["id"] < words]
+        if state["decoder"]["type"] == "Sequence" and state["decoder"]["decoders"][-1] == {"type": "ByteFallback"}:
+            state["decoder"] = state["decoder"]["decoders"][0]
+        tk = Tokenizer.from_str(json.dumps(state))
     if not isinstance(tk.model, models.WordLevel) or tk.token_to_id(EOS) != tokenizer.eos_token_id:
         raise ValueError(f"Only a word-level tokenizer whose eos token is {EOS} can take an open vocabulary.")
     if tk.get_vocab_size(with_added_tokens=True) != tk.get_vocab_size(with_added_tokens=False):

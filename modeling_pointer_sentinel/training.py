@@ -24,8 +24,16 @@ from .checkpointing import CheckpointError, load_checkpoint, read_manifest, resh
 from .configuration_pointer_sentinel import PointerSentinelConfig
 from .data import BUNDLED as BUNDLED  # where callers read it
 from .data import SPLITS, TokenStreams, split_files
-from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, PointerSentinelForCausalLM
-from .tokenization import ends_lines_with_eos, spelled_line_ids
+from .modeling_pointer_sentinel import (
+    SPELL_END,
+    Placeholders,
+    PointerSentinelCache,
+    PointerSentinelForCausalLM,
+    SpellAnchor,
+    SpelledRow,
+    SpelledRows,
+)
+from .tokenization import ends_lines_with_eos, spelled_line_ids, spelling_vocabulary
 
 
 def load_text_splits(
@@ -161,6 +169,7 @@ def check_frequency_order(train_ids: torch.Tensor | None, cutoffs: list[int], vo
         counts = torch.as_tensor(counts, dtype=torch.int64)
         present = int(counts.nonzero().max()) + 1 if counts.any() else 0
         counts = torch.nn.functional.pad(counts[: max(vocab_size, present)], (0, max(0, vocab_size - len(counts))))
+    counts = counts[:vocab_size]  # the clusters are word ids: a spelled word's bytes come after them, in none
     for c in cutoffs:
         before, after = counts[:c].min(), counts[c:].max()
         if after > before:
@@ -195,16 +204,52 @@ def simulate_unseen_words(ids: torch.Tensor, vocab_size: int, oov_slots: int, ra
                          f"{oov_slots} and {window}.")  # fmt: skip
     if block < window:
         raise ValueError(f"unseen_word_block ({block}) must be at least the pointer window ({window} tokens).")
-    rare = torch.bincount(ids, minlength=vocab_size) <= max_count
+    chosen = choose_unseen_words(ids, torch.bincount(ids, minlength=vocab_size) <= max_count, rate, block, seed)
+    out, at = ids.clone(), chosen.nonzero().flatten()
+    slots = placeholder_slots(at.tolist(), ids[at].tolist(), oov_slots, window)
+    kept = torch.tensor([k >= 0 for k in slots], dtype=torch.bool)
+    out[at[kept]] = vocab_size + torch.tensor(slots, dtype=ids.dtype)[kept]
+    return out
+
+
+def choose_unseen_words(ids: torch.Tensor, rare: torch.Tensor, rate: float, block: int, seed: int) -> torch.Tensor:
+    """Which tokens of `ids` play unseen words: in each block of `block` tokens, each distinct word that `rare` marks
+    (a bool per id) is chosen with probability `rate`, and so are its occurrences in the block."""
     g, chosen = torch.Generator().manual_seed(seed), torch.zeros(ids.shape, dtype=torch.bool)
     for s in range(0, ids.numel(), block):
         part = ids[s : s + block]
         words = torch.tensor(list(dict.fromkeys(part[rare[part]].tolist())), dtype=ids.dtype)  # first occurrence order
         chosen[s : s + block] = torch.isin(part, words[torch.rand(words.numel(), generator=g) < rate])
-    out, at = ids.clone(), chosen.nonzero().flatten()
-    slots = placeholder_slots(at.tolist(), ids[at].tolist(), oov_slots, window)
-    kept = torch.tensor([k >= 0 for k in slots], dtype=torch.bool)
-    out[at[kept]] = vocab_size + torch.tensor(slots, dtype=ids.dtype)[kept]
+    return chosen
+
+
+def simulate_spelled_unseen_words(ids: torch.Tensor, tokenizer, rate: float, max_count: int = 10, block: int = 1000,
+                                  seed: int = 0) -> torch.Tensor:  # fmt: skip
+    """Spell mode's `simulate_unseen_words`: the same choice of rare words (`choose_unseen_words`; in a spelling
+    tokenizer's ids, the words below its vocabulary size, `<eos>` and `<unk>` never), each chosen occurrence written
+    as the tokenizer spells a word it lacks (its bytes and `</w>`), so the speller learns to spell, and the pointer to
+    copy, words as the text writes them. The stream grows by the spellings; no slots are needed (the model numbers a
+    text's spelled words itself)."""
+    if not 0 <= rate <= 1 or block < 1:
+        raise ValueError(f"Need 0 <= rate <= 1 and block >= 1; got {rate} and {block}.")
+    V = word_count(tokenizer)
+    rare = torch.bincount(ids, minlength=V + SPELL_END + 2) <= max_count
+    rare[V:] = False  # a byte, `</w>` or `<+w>` of a word the text already spells
+    rare[[i for i in (tokenizer.eos_token_id, unk_token_id(tokenizer)) if i is not None]] = False
+    chosen = choose_unseen_words(ids, rare, rate, block, seed)
+    words = ids[chosen].unique().tolist()
+    spelled = [tokenizer._spell(w) for w in tokenizer.convert_ids_to_tokens(words)]
+    table = torch.full((V, max(map(len, spelled), default=1)), -1, dtype=ids.dtype)
+    for w, spelling in zip(words, spelled, strict=True):
+        table[w, : len(spelling)] = torch.tensor(spelling, dtype=ids.dtype)
+    lengths = torch.ones_like(ids)
+    lengths[chosen] = (table[ids[chosen]] >= 0).sum(-1)
+    starts = lengths.cumsum(0) - lengths
+    out = ids.new_empty(int(lengths.sum()))
+    out[starts[~chosen]] = ids[~chosen]
+    rows = table[ids[chosen]]  # (chosen, K): each occurrence's spelling, then -1
+    at = starts[chosen].unsqueeze(1) + torch.arange(rows.shape[1])
+    out[at[rows >= 0]] = rows[rows >= 0]
     return out
 
 
@@ -227,11 +272,18 @@ def number_slots_per_row(streams: torch.Tensor, vocab_size: int) -> torch.Tensor
     return out
 
 
-def simulate_unseen_training_words(ids, config, rate: float, max_count: int, block: int, seed: int):
+def simulate_unseen_training_words(ids, config, rate: float, max_count: int, block: int, seed: int, tokenizer=None):
     """The training split's ids (a flat numpy array such as `data.token_array`'s) with `simulate_unseen_words` at
     `rate` for a model of `config` (its vocabulary, oov_slots and pointer window), as an int64 tensor in memory, and
     each id's count in them (`unk_rate_of_counts` reads it). ValueError, in train.py's flags, for a model without two
-    placeholder slots or a `block` shorter than its pointer window."""
+    placeholder slots or a `block` shorter than its pointer window. With a speller (`config.speller_size`) and its
+    spelling `tokenizer`, the words are spelled (`simulate_spelled_unseen_words`) instead."""
+    if config.speller_size:
+        if not getattr(tokenizer, "spell_unseen", False):
+            raise ValueError("--unseen_word_rate with a speller needs the spelling tokenizer to write words with")
+        flat = torch.from_numpy(ids.astype(np.int64))
+        out = simulate_spelled_unseen_words(flat, tokenizer, rate, max_count, block, seed)
+        return out, torch.bincount(out).numpy()
     if config.oov_slots < 2:
         raise ValueError(
             "--unseen_word_rate needs a model with oov_slots >= 2 (placeholder ids to write unseen words as)"
@@ -319,26 +371,44 @@ def make_optimizer(model, name: str, lr: float, weight_decay: float = 0.0, oov_l
 
 
 def rank_streams(
-    ids: dict, batch_size: int, eval_batch_size: int, num_processes: int = 1, process_index: int = 0, device=None
+    ids: dict,
+    batch_size: int,
+    eval_batch_size: int,
+    num_processes: int = 1,
+    process_index: int = 0,
+    device=None,
+    spelled_from: int | None = None,
 ) -> tuple:
-    """This rank's streams of each split (`ids`: split name -> flat ids, as `shard_streams` takes them) on `device`:
-    (the "train" split's, `batch_size` streams a rank; {split: its streams} for every other split, `eval_batch_size`
-    streams a rank). ValueError when a split cannot fill its streams."""
-    train = shard_streams(ids["train"], batch_size, num_processes, process_index).to(device)
+    """This rank's streams of each split (`ids`: split name -> flat ids, as `shard_streams` takes them, with its
+    `spelled_from`) on `device`: (the "train" split's, `batch_size` streams a rank; {split: its streams} for every
+    other split, `eval_batch_size` streams a rank). ValueError when a split cannot fill its streams."""
+    train = shard_streams(ids["train"], batch_size, num_processes, process_index, spelled_from).to(device)
     evals = {
-        s: shard_streams(t, eval_batch_size, num_processes, process_index).to(device)
+        s: shard_streams(t, eval_batch_size, num_processes, process_index, spelled_from).to(device)
         for s, t in ids.items()
         if s != "train"
     }
     return train, evals
 
 
-def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: int = 0):
+def word_start(ids, at: int, spelled_from: int) -> int:
+    """The first id of the word that holds position `at` of a spell-mode stream (ids from `spelled_from` on are
+    bytes, `</w>` and `<+w>`: a word ends at an id below it or at `</w>`)."""
+    while at > 0 and spelled_from <= int(ids[at - 1]) != spelled_from + SPELL_END:
+        at -= 1
+    return at
+
+
+def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: int = 0,
+                  spelled_from: int | None = None):  # fmt: skip
     """This rank's (batch_size, N) contiguous streams: rank r's share of a single-process batch of W*B streams,
     so W ranks with batch B train on exactly what one process with batch W*B would (and as many steps each).
 
     `ids`: a flat int64 tensor (gives a tensor view), or a flat numpy array such as the token cache's memory map
-    (`data.token_array`; gives `data.TokenStreams`, which converts each batch as it is read)."""
+    (`data.token_array`; gives `data.TokenStreams`, which converts each batch as it is read). `spelled_from`: the
+    ids carry spelled words from this id on (a speller's vocab_size): each stream then starts at its word's first id
+    (`word_start`), a few ids before its even share, since the model reads a word's bytes only from its start; the
+    streams, in memory, repeat those few ids of the stream before."""
     if batch_size < 1 or not 0 <= process_index < num_processes:
         raise ValueError(
             f"batch_size must be >= 1 and process_index in [0, num_processes), got {batch_size}, {process_index} "
@@ -350,6 +420,10 @@ def shard_streams(ids, batch_size: int, num_processes: int = 1, process_index: i
     if n < 2:
         raise ValueError(f"{size} tokens cannot fill {total} streams of at least 2 tokens.")
     rows = slice(process_index * batch_size, (process_index + 1) * batch_size)
+    if spelled_from is not None:
+        starts = [word_start(ids, g * n, spelled_from) for g in range(total)][rows]
+        parts = [ids[s : s + n] for s in starts]
+        return torch.stack([p.long() if torch.is_tensor(p) else torch.from_numpy(p.astype(np.int64)) for p in parts])
     if torch.is_tensor(ids):
         return ids[: n * total].view(total, n)[rows]
     return TokenStreams(ids[: n * total].reshape(total, n)[rows])
@@ -695,7 +769,15 @@ def load_resume(
             f"resumed the {W * batch_size} streams of {layout['world_size']} process(es) on {W}: each continues "
             "where it stopped; the RNGs are reseeded from --seed and the step"
         )
-    return send_to_device(stream, accelerator.device)
+    stream = send_to_device(stream, accelerator.device)
+    if stream.get("spelled_rows") is not None:  # stream_state's lists, as the speller's forward reads them
+        stream["spelled_rows"] = SpelledRows([
+            SpelledRow({tuple(w): k for w, k in r["slots"]}, dict(map(tuple, r["last_seen"])),
+                       [None if w is None else tuple(w) for w in r["window"]], list(r["word"]), r["clock"])
+            for r in stream["spelled_rows"]])  # fmt: skip
+    if stream.get("spell_anchor") is not None:
+        stream["spell_anchor"] = SpellAnchor(*stream["spell_anchor"])
+    return stream
 
 
 # ---- a new model and its training streams, checked before any training ----
@@ -707,10 +789,46 @@ def config_for_tokenizer(tokenizer, fields: dict) -> PointerSentinelConfig:
     from_tokenizer = dict(vocab_size=word_count(tokenizer), eos_token_id=eos, bos_token_id=eos, pad_token_id=eos)
     if getattr(tokenizer, "oov_slots", 0):  # an open-vocabulary tokenizer: its placeholders are the model's too
         from_tokenizer.update(oov_slots=tokenizer.oov_slots, unk_token_id=tokenizer.unk_token_id)
+    if getattr(tokenizer, "spell_unseen", False):  # a spelling tokenizer: the model needs its speller
+        if not fields.get("speller_size"):
+            raise ValueError("the tokenizer spells the words it lacks: the model needs speller_size > 0")
+        from_tokenizer.update(unk_token_id=tokenizer.unk_token_id)
     if given := sorted(set(from_tokenizer) & set(fields)):
         raise ValueError(f"{', '.join(given)} come from the tokenizer ({word_count(tokenizer)} words, <eos> id {eos}); "
                          "leave them out")  # fmt: skip
     return PointerSentinelConfig(**from_tokenizer, **fields)
+
+
+SPELLER_SIZE = 256  # a raw-text run's speller (train.py's --speller_size), as the shipped folders' (add_speller.py)
+SPELLED_OOV_SLOTS = 256  # the model's numbering of a text's spelled words: more than a pointer window of 100 words
+
+
+def speller_for(tokenizer, built: bool, speller_size: int | None) -> int:
+    """The speller size of a new model for `tokenizer` (train.py's --speller_size; None: not given): a tokenizer that
+    train.py built from raw text (its `raw_text`, tokenization.is_raw_text) or a spelling tokenizer gets
+    SPELLER_SIZE, any other none (a tokenized corpus, WikiText's or PTB's, keeps its `<unk>`). ValueError for a
+    spelling tokenizer with --speller_size 0."""
+    spells = getattr(tokenizer, "spell_unseen", False)
+    if speller_size is None:
+        return SPELLER_SIZE if spells or (built and tokenizer.init_kwargs.get("raw_text")) else 0
+    if spells and not speller_size:
+        raise ValueError("--speller_size 0: the tokenizer spells the words it lacks, so its model needs a speller")
+    return speller_size
+
+
+def spelling_fields(tokenizer, fields: dict, speller_size: int) -> tuple:
+    """The tokenizer (a spelling one, `tokenization.spelling_vocabulary`) and model fields of a new model with a
+    speller of `speller_size` units: the fields' oov_slots (the model's numbering of spelled words) default to
+    SPELLED_OOV_SLOTS. speller_size 0: both as they are."""
+    if not speller_size:
+        return tokenizer, fields
+    return spelling_vocabulary(tokenizer), {"oov_slots": SPELLED_OOV_SLOTS, **fields, "speller_size": speller_size}
+
+
+def fit_cutoffs(cutoffs: list[int], vocab_size: int) -> list[int]:
+    """A recipe's adaptive softmax cutoffs for a vocabulary of `vocab_size` words: those below it (a cutoff at or past
+    it would leave its cluster no word). None left: a full softmax, which a vocabulary that small affords."""
+    return [c for c in cutoffs if c < vocab_size]
 
 
 def check_streams(tokens: int, streams: int, scheme: str, bptt: int, window: int, stride: int):

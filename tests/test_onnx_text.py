@@ -88,7 +88,8 @@ def shipped_wt2(tmp_path_factory):
 def test_runner_text_equals_the_shipped_pipelines_text(shipped_wt2, prompt, capsys):
     """The shipped folder through pipeline("text-generation", model=folder, trust_remote_code=True) and its export
     through the runner give the same greedy text: a whole-sentence prompt continues (nothing put before the prompt,
-    no end at the line break), and a prompt's unseen names are read as placeholders and written back."""
+    no end at the line break), and a prompt's unseen names are spelled (the shipped folder has a speller: two graphs)
+    and written back."""
     generator = pipeline("text-generation", model=str(SHIPPED_WT2), trust_remote_code=True, dtype=torch.float32)
     want = generator(prompt, max_new_tokens=12, do_sample=False)[0]["generated_text"]
     onnx_generate.main([str(shipped_wt2), "--prompt", prompt, "--max_new_tokens", "12"])

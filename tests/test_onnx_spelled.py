@@ -1,0 +1,183 @@
+"""examples/export_onnx.py and examples/onnx_generate.py on a folder with a speller (`config.speller_size`, the ids
+carry the text): the word step and the byte step export as two graphs of the model's own `spelled_word_step` and
+`spelled_byte_step`; the runner's scores equal forward's over 500 sampled steps that spell new words and copy them,
+its greedy tokens equal generate's on prompts with unseen words, its slots are the model's, and int8 carries the
+speller."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import ROOT
+from test_onnx import run_without_torch
+from test_spelled_forward import spelling_pair
+
+from modeling_pointer_sentinel.modeling_pointer_sentinel import SPELL_END, SpelledRow
+
+sys.path.insert(0, str(ROOT / "examples"))
+import export_onnx  # noqa: E402
+import onnx_generate  # noqa: E402
+
+PROMPTS = ["the Zorbane ship was sunk in the bay . the Zorbane", "a Kelpravia crew was saved by Kelpravia"]
+
+
+@pytest.fixture(scope="module")
+def spelled(tmp_path_factory):
+    """A tiny spelling model that writes short new words and copies (`<unk>`'s share large, the sentinel high enough
+    that new words come between the copies), saved with its spelling tokenizer as the shipped folders are (no end
+    token, `<unk>` suppressed) and exported."""
+    src, out = tmp_path_factory.mktemp("spelled_model"), tmp_path_factory.mktemp("spelled_onnx")
+    tok, m = spelling_pair(src)
+    with torch.no_grad():
+        m.speller.out.bias[SPELL_END] = 5.0  # words of a few bytes, so that a sample holds several
+        m.pointer.sentinel.fill_(2.0)  # copies, and new words between them
+    m.generation_config.eos_token_id, m.generation_config.suppress_tokens = None, [tok.unk_token_id]
+    m.save_pretrained(src)
+    export_onnx.main([str(src), str(out), "--int8", "--check_steps", "500"])
+    return m, tok, out
+
+
+def words_of(ids: list[int], V: int) -> list:
+    """The words of spelled ids: a vocabulary id, or a spelled word's symbols (closed by `</w>`)."""
+    words, word = [], []
+    for t in ids:
+        if t >= V and t - V != SPELL_END:
+            word.append(t)
+        elif t - V == SPELL_END:
+            words.append(tuple(word))
+            word = []
+        else:
+            words.append(t)
+    return words
+
+
+def test_export_reports_parity_over_sampled_steps_that_spell_and_copy(spelled):
+    """export.json: the script's own check (500 steps sampled after a prompt with made-up names, PyTorch's spelled
+    decode step against the two graphs) agrees to 1e-4, its samples spell words, some new and some repeated."""
+    m, _, out = spelled
+    report = json.loads((out / "export.json").read_text())
+    parity = report["parity"]
+    assert parity["steps"] == 500 and parity["max_abs_log_prob_diff"] <= 1e-4
+    assert parity["of_which_repeats"] >= 1 and parity["spelled_words_sampled"] > parity["of_which_repeats"]
+    assert set(report["inputs"]) == {"word_step", "byte_step"} and "spelling" in report["inputs"]["word_step"]
+    assert all((out / f).is_file() for f in ("spell_step.onnx", "spell_step.int8.onnx", "spell_start.npz"))
+
+
+def test_runner_scores_equal_forward_over_500_sampled_steps_with_new_and_copied_words(spelled):
+    """The runner samples 500 tokens after a prompt with unseen words; at every position of prompt + sample its log p
+    (V + 258 columns) equals one forward over the whole sequence to 1e-4, and the sample spells words of its own and
+    repeats spelled words inside the window (copies)."""
+    m, tok, out = spelled
+    V, L = m.config.vocab_size, m.config.pointer_window
+    lm = onnx_generate.OnnxPointerSentinel(out)
+    prompt = lm.encode(PROMPTS[0])[0]
+    new = lm.generate([prompt], 500, do_sample=True, seed=0)[0]
+    ids = prompt + new
+    with torch.no_grad():
+        want = m(torch.tensor([ids])).logits[0].numpy()
+    state, got = lm.empty_state(1), []
+    for t in ids:
+        log_p, state = lm.step(np.array([t]), state)
+        got.append(log_p[0])
+    got = np.stack(got)
+    assert got.shape == (len(ids), V + 258) and np.array_equal(np.isfinite(got), np.isfinite(want))
+    finite = np.isfinite(want)
+    assert np.abs(got[finite] - want[finite]).max() <= 1e-4
+    words, before = words_of(new, V), words_of(prompt, V)
+    spelled_words = [w for w in words if isinstance(w, tuple)]
+    history = before + words
+    copies = [w for i, w in enumerate(words, len(before)) if isinstance(w, tuple) and w in history[max(0, i - L) : i]]
+    fresh = [w for w in spelled_words if w not in before]
+    assert len(copies) >= 3 and len(set(fresh)) >= 3, (len(copies), len(set(fresh)))
+
+
+def test_runner_from_the_empty_state_scores_long_new_words_as_forward(spelled):
+    """From the state before the first token (spell_start.npz: the speller started from a zero h_t) the runner gives
+    forward's scores at every position of a text that starts with a word the vocabulary lacks and holds a name long
+    enough that its spelling's log probability passes float32's least normal (-87), and one of 70 bytes (over 64:
+    spelled in two pieces, `<+w>` between; over K: never copied)."""
+    m, _, out = spelled
+    lm = onnx_generate.OnnxPointerSentinel(out)
+    name = "Qwertzuiopasdfghjklyxcvbnm"
+    ids = lm.encode(f"Zorbane was sunk by the {name} {'x' * 70} Zorbane {name}")[0]
+    V = m.config.vocab_size
+    assert ids[0] >= V and V + 257 in ids
+    state, got = lm.empty_state(1), []
+    for t in ids:
+        log_p, state = lm.step(np.array([t]), state)
+        got.append(log_p[0])
+    got = np.stack(got)
+    with torch.no_grad():
+        want = m(torch.tensor([ids])).logits[0].numpy()
+    finite = np.isfinite(want)
+    assert want[finite].min() < -87  # some scores below float32's least normal
+    assert np.array_equal(np.isfinite(got), finite) and np.abs(got[finite] - want[finite]).max() <= 1e-4
+
+
+@pytest.mark.parametrize("int8", [False, True])
+def test_runner_greedy_equals_generate_on_prompts_with_unseen_words(spelled, int8):
+    """Two prompts with names the vocabulary lacks, as one batch in the runner (each row stepped on its own) and one
+    by one in generate: the same tokens (fp32; int8 the first tokens at least), and the second prompt's name copied,
+    spelled."""
+    m, tok, out = spelled
+    lm = onnx_generate.OnnxPointerSentinel(out, int8=int8)
+    prompts = [lm.encode(p)[0] for p in PROMPTS]
+    got = lm.generate(prompts, 40)
+    for prompt, row in zip(prompts, got, strict=True):
+        ids = torch.tensor([prompt])  # the mask given: a prompt's word may share the padding's id
+        want = m.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                          pad_token_id=tok.pad_token_id)  # fmt: skip
+        want = want[0, len(prompt) :].tolist()
+        assert row[:5] == want[:5] if int8 else row == want
+    assert SPELL_END + m.config.vocab_size in got[1]
+    assert lm.text(PROMPTS[1], prompts[1], got[1], []).count("Kelpravia") > 2
+
+
+def test_runner_writes_new_words_and_the_prompts_names_in_text_without_torch(spelled):
+    """Sampled text from the command line in a process without torch: the prompt's unseen name written again (no
+    table: the ids carry it), words the vocabulary lacks written, no <unk> and no byte token's name."""
+    _, tok, out = spelled
+    done = run_without_torch(out, "--prompt", PROMPTS[0], "--max_new_tokens", "120", "--do_sample", "--seed", "0")
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = done.stdout[len(PROMPTS[0]) :]
+    assert done.stdout.startswith(PROMPTS[0]) and "Zorbane" in text, text
+    vocab = set(tok.get_vocab())
+    assert any(w not in vocab and w != "Zorbane" for w in text.split()), text
+    assert "<unk>" not in text and "</w>" not in text and "<0x" not in text
+
+
+def test_runner_slots_are_the_models_slots():
+    """`SpelledWords.slot` (the runner's, without torch) gives the model's `SpelledRow.slot` on a stream of more
+    distinct words than slots, repeats included: the least recent word's slot is reused alike."""
+    rng, n = np.random.default_rng(0), 8
+    mine, theirs = onnx_generate.SpelledWords(), SpelledRow()
+    for w in rng.integers(0, 20, 300).tolist():
+        assert mine.slot((w, SPELL_END), n) == theirs.slot((w, SPELL_END), n)
+
+
+def test_int8_carries_the_speller(spelled):
+    """Both int8 graphs hold the speller's matrices in int8 and no float32 copy of its LSTM's [W_ih | W_hh], its
+    output layer or its byte embedding (its cost in perplexity: tests/test_onnx.py's shipped WikiText-2 folder, which
+    has a speller; this tiny model's made-up sentinel, all 2.0, makes its gate the int8 rounding's worst case)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m, _, out = spelled
+    S = m.config.speller_size
+    for name in ("decode_step.int8.onnx", "spell_step.int8.onnx"):
+        tables = [numpy_helper.to_array(i) for i in onnx.load(str(out / name)).graph.initializer]
+        assert not [t for t in tables if t.dtype == np.float32 and t.size in (4 * S * 2 * S, 258 * S)], name
+        assert len([t for t in tables if t.dtype == np.int8 and t.size in (4 * S * 2 * S, 258 * S)]) == 3, name
+
+
+def test_a_folder_without_a_speller_exports_one_graph(tmp_path):
+    """The word-level export is unchanged: one graph, no speller files."""
+    from test_onnx import saved_tiny
+
+    saved_tiny(tmp_path / "model", tie_word_embeddings=True)
+    export_onnx.main([str(tmp_path / "model"), str(tmp_path / "onnx"), "--check_steps", "5"])
+    assert sorted(p.name for p in (tmp_path / "onnx").glob("*.onnx")) == ["decode_step.onnx"]
+    assert not (tmp_path / "onnx" / "spell_start.npz").exists()
+    assert onnx_generate.OnnxPointerSentinel(tmp_path / "onnx").spelled is None
