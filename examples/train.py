@@ -61,6 +61,7 @@ RANGES = [
     ("--unseen_word_rate", lambda v: 0 <= v <= 1, "in [0, 1] (0: off)"),
     ("--oov_pointer_learning_rate", positive, "> 0"),
     ("--seed", lambda v: 0 <= v < 2**31, "in [0, 2**31)"),
+    ("--speller_size", non_negative, "an integer >= 0 (0: off)"),
 ]
 
 
@@ -93,6 +94,15 @@ def parse_args(argv=None):
         default=None,
         help="the built tokenizer leaves out training words seen fewer times, which read as <unk> (WikiText-103's "
         "vocabulary: 3; default: every training word). Either cap raises the <unk> rate: see --max_unk_rate",
+    )
+    a(
+        "--speller_size",
+        type=int,
+        default=None,
+        help="a new model's speller (the ids carry the text: a word outside the vocabulary is written in its bytes, "
+        "which a byte LSTM of this size scores and the pointer copies; trained with the rest through the spelled "
+        "loss). Default: 256 when the tokenizer is built from raw text (text rules auto read it as prose) or spells "
+        "already, else 0 (a tokenized corpus such as WikiText's or PTB's keeps its <unk>); 0 turns it off",
     )
     a(
         "--max_unk_rate",
@@ -153,7 +163,8 @@ def parse_args(argv=None):
     a("--seed", type=int, default=1111)
     a("--unseen_word_rate", type=float, default=0.0, help="teach the pointer to copy words the vocabulary lacks: "
       "in each --unseen_word_block tokens of the training split, each word seen at most --unseen_word_max_count "
-      "times plays an unseen word with this probability, as a placeholder (needs the model's oov_slots)")  # fmt: skip
+      "times plays an unseen word with this probability, as a placeholder (needs the model's oov_slots), or, with "
+      "a speller, spelled as the tokenizer spells a word it lacks")  # fmt: skip
     a("--unseen_word_max_count", type=int, default=10)
     a("--unseen_word_block", type=int, default=1000)
     a(
@@ -234,6 +245,8 @@ def parse_args(argv=None):
     for flag in ("max_vocab_size", "min_frequency"):  # else silently unused
         if saved and getattr(args, flag) is not None:
             p.error(f"--{flag} caps a tokenizer built from the training split, not the one {saved} names")
+    if args.model_name_or_path and args.speller_size is not None:
+        p.error("--speller_size sizes a new model's speller; --model_name_or_path keeps the model's own")
     # Last: the model's fields are those of its config class, whose import (torch, transformers) takes seconds.
     from modeling_pointer_sentinel import PointerSentinelConfig
     from modeling_pointer_sentinel.checkpointing import incomplete
@@ -273,6 +286,7 @@ from modeling_pointer_sentinel.data import (  # noqa: E402
     split_arrays,
 )
 from modeling_pointer_sentinel.evaluation import mean_nll, validate  # noqa: E402
+from modeling_pointer_sentinel.spelling import text_bits_per_byte  # noqa: E402
 from modeling_pointer_sentinel.training import (  # noqa: E402
     ParameterAverager,
     PlateauSchedule,
@@ -286,6 +300,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     check_unk_rates,
     compile_for_training,
     config_for_tokenizer,
+    fit_cutoffs,
     load_resume,
     make_optimizer,
     make_segment,
@@ -294,6 +309,8 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     run_segment,
     segment_schedule,
     simulate_unseen_training_words,
+    speller_for,
+    spelling_fields,
     start_oov_pointer,
     suppress_unk_in_generation,
     word_count,
@@ -310,7 +327,9 @@ def build_tokenizer(args, train_source):
         fail(e)
 
 
-def build_model(args, tokenizer):
+def build_model(args, tokenizer, say=print):
+    """The model (loaded, or new for `tokenizer`) and the tokenizer it reads: a new model with a speller reads the
+    spelling tokenizer of `tokenizer`'s words."""
     if args.model_name_or_path:
         load = functools.partial(AutoModelForCausalLM.from_pretrained, dtype=torch.float32)
         model = load_or_fail("model", load, args.model_name_or_path)
@@ -325,16 +344,39 @@ def build_model(args, tokenizer):
                 f"The tokenizer has {word_count(tokenizer)} words but {args.model_name_or_path} was trained with "
                 f"{model.config.vocab_size}; pass the model's own tokenizer."
             )
-        return model
+        if bool(model.config.speller_size) != bool(getattr(tokenizer, "spell_unseen", False)):
+            fail(
+                f"{args.model_name_or_path} has speller_size={model.config.speller_size} but its tokenizer "
+                f"{'does not spell' if model.config.speller_size else 'spells'} unseen words: pass a matching pair"
+            )
+        return model, tokenizer
+    fields = {**args.model, **({"oov_pointer": True} if args.oov_pointer else {})}
+    cutoffs = fields.get("adaptive_softmax_cutoffs") or []
+    if (fitted := fit_cutoffs(cutoffs, word_count(tokenizer))) != cutoffs:  # a recipe's cutoffs, a smaller vocabulary
+        fields["adaptive_softmax_cutoffs"] = fitted
+        say(
+            f"adaptive_softmax_cutoffs {cutoffs} -> {fitted or '[] (a full softmax)'}: the vocabulary has "
+            f"{word_count(tokenizer)} words, and a cutoff at or past it would leave its cluster none"
+        )
+    try:
+        size = speller_for(tokenizer, not (args.tokenizer_name or args.model_name_or_path), args.speller_size)
+    except ValueError as e:
+        fail(e)
+    tokenizer, fields = spelling_fields(tokenizer, fields, size)
+    if size:
+        say(
+            f"speller of {size} units: words outside the {word_count(tokenizer)}-word vocabulary are spelled in "
+            "bytes (--speller_size 0: <unk> instead)"
+        )
     try:  # the vocabulary and the special ids are the tokenizer's
-        config = config_for_tokenizer(tokenizer, {**args.model, **({"oov_pointer": True} if args.oov_pointer else {})})
+        config = config_for_tokenizer(tokenizer, fields)
     except load_errors() as e:  # the config's checks (cutoffs against the vocabulary too) and its field types
         fail(f"--config model: {e}")
     try:
         check_fits(config, args.per_device_train_batch_size, args.optimizer)
     except ValueError as e:  # too large for this device
         fail(e)
-    return PointerSentinelForCausalLM(config)
+    return PointerSentinelForCausalLM(config), tokenizer
 
 
 def main(argv=None):
@@ -377,7 +419,14 @@ def main(argv=None):
         if "train" not in sources:
             fail("no training split: give --train_file (or --dataset_name)")
         tokenizer = build_tokenizer(args, sources["train"])
-    model = build_model(args, tokenizer)  # before the data's tokenising and its progress bar: a bad model fails first
+    # before the data's tokenising and its progress bar: a bad model fails first
+    model, tokenizer = build_model(args, tokenizer, say=accelerator.print)
+    if model.config.speller_size:  # the speller's forward reads its spelled words in Python, from a stream's start
+        for flag, on in (("--scheme window", args.scheme == "window"), ("--beta", args.beta),
+                         ("--torch_compile", args.torch_compile)):  # fmt: skip
+            if on:
+                fail(f"{flag} needs the word-level forward (split states, raw outputs, one graph), not the speller's "
+                     "(--speller_size 0 trains without one)")  # fmt: skip
     with accelerator.main_process_first():
         files = cached_split_files(args, tokenizer, sources, progress=accelerator.is_main_process)
     try:  # memory maps of the cached ids, and each id's count (the frequency order and the <unk> rates)
@@ -385,14 +434,21 @@ def main(argv=None):
     except ValueError as e:  # an empty training split
         fail(e)
     cfg = model.config
-    try:
-        check_frequency_order(None, cfg.adaptive_softmax_cutoffs, cfg.vocab_size, counts=counts["train"])
+    try:  # a new model's clusters (a loaded model was trained with its own: the order mattered when it was built)
+        if not args.model_name_or_path:
+            check_frequency_order(None, cfg.adaptive_softmax_cutoffs, cfg.vocab_size, counts=counts["train"])
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
         try:
             ids["train"], counts["train"] = simulate_unseen_training_words(
-                ids["train"], cfg, args.unseen_word_rate, args.unseen_word_max_count, args.unseen_word_block, args.seed
+                ids["train"],
+                cfg,
+                args.unseen_word_rate,
+                args.unseen_word_max_count,
+                args.unseen_word_block,
+                args.seed,
+                tokenizer,
             )
         except ValueError as e:  # no placeholder slots, or a block shorter than the pointer window
             fail(e)
@@ -404,8 +460,9 @@ def main(argv=None):
         ids.update({s: t[: args.eval_max_tokens] for s, t in ids.items() if s != "train"})
     stride = args.stride if args.stride is not None else cfg.pointer_window
     try:
-        train, evals = rank_streams(ids, B, E, W, accelerator.process_index, accelerator.device)
-        if args.unseen_word_rate:  # each row's slots from 0, as the tokenizer numbers a text's unseen words
+        spelled_from = cfg.vocab_size if cfg.speller_size else None  # spelled streams start at a word
+        train, evals = rank_streams(ids, B, E, W, accelerator.process_index, accelerator.device, spelled_from)
+        if args.unseen_word_rate and not cfg.speller_size:  # each row's slots from 0, as the tokenizer numbers them
             train = number_slots_per_row(train, cfg.vocab_size)
         check_streams(train.shape[1], W * B, args.scheme, args.bptt, cfg.pointer_window, stride)
         check_tokens_per_stream(resume, saved_layout, train.shape[1])
@@ -576,6 +633,11 @@ def main(argv=None):
     for split in ("validation", "test"):
         if split in evals:
             results[f"{split}_ppl"] = math.exp(mean_nll(accelerator, model, evals[split], args.eval_bptt, desc=split))
+            if cfg.speller_size:  # per id above; per word and per byte of the text, each word read from its start
+                figures = text_bits_per_byte(raw, tokenizer, torch.from_numpy(ids[split].astype("int64")),
+                                             E, args.eval_bptt)  # fmt: skip
+                results[f"{split}_word_ppl"] = figures["word_perplexity"]
+                results[f"{split}_bits_per_byte"] = figures["bits_per_byte"]
     results["train_minutes"] = train_minutes
     results["targets_seen"] = state.targets_seen
     results["epochs"] = state.epoch + state.segment / epoch_segments  # completed epochs, fractional

@@ -129,6 +129,7 @@ def test_the_rule_set_is_detected_from_the_training_words():
     assert detect_text_rules(Counter("the game @-@ based , 1 @,@ 200".split())) == "wikitext"
     assert detect_text_rules(Counter("the company 's N N shares".split())) == "ptb"
     assert detect_text_rules(Counter("The company said N".split())) == "whitespace"  # upper case: not PTB
+    assert detect_text_rules(Counter("Hamlet, he said, was mad.".split())) == "wikitext"  # raw prose: split it
     assert build_word_level_tokenizer(["a b c"]).init_kwargs["text_rules"] == "whitespace"
     assert tokens(build_word_level_tokenizer(["a b, c."], text_rules="whitespace"), "a b, c.") == ["a", "b,", "c."]
 

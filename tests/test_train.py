@@ -251,7 +251,7 @@ def test_adaptive_softmax_needs_ids_in_training_frequency_order(corpus, tmp_path
     build_word_level_tokenizer([" ".join([f"w{i}"] * (i + 1)) for i in range(40)]).save_pretrained(tmp_path / "tok")
     for cutoffs, extra, message in (
         ([10, 25], ["--tokenizer_name", str(tmp_path / "tok")], "needs word ids in frequency order, but id "),
-        ([10, 50], [], "adaptive_softmax_cutoffs must increase strictly, each in (0, vocab_size=42)"),
+        ([25, 10], [], "adaptive_softmax_cutoffs must increase strictly, each in (0, vocab_size=42)"),
     ):
         args = data_args(corpus) + adaptive_config(tmp_path, cutoffs) + ["--output_dir", str(tmp_path / "r"), *extra]
         done = launch(args, check=False)
