@@ -21,8 +21,15 @@ import pytest
 from conftest import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
-COPYING = "pretrained/wt2-pointer-sentinel-lstm-2x200"  # the page's default folder: it copies unseen words (copy head)
+COPYING = "pretrained/wt2-pointer-sentinel-lstm-2x200"  # the page's default folder: it copies (and spells) unseen words
+PROMPT_DEFAULT = "\nThe Quarrington River flows through Esselbrook. In 1850, the town of Esselbrook"  # app.PROMPT
 PROMPT = "\nThe ship Kestrelwind sailed to Norway. The Kestrelwind was sunk in 1940. The"
+PLAIN = "pretrained/wt2-lstm-2x200"
+# the page's own prompt sampled (top_k 40) with seed 22: the pointer folder coins `Mernold`, then copies it
+COINING_SEED, COINED = "22", "Mernold"
+NAMES = (
+    "Tarrabee's house at Brindlemoor stood by the Quell. Tarrabee sold Brindlemoor in 1910, and the Quell flooded it."
+)
 SCREENSHOT = ROOT / "results" / "app" / "screenshot.png"
 
 
@@ -68,7 +75,7 @@ def server(tmp_path_factory):
                 if time.monotonic() > deadline:
                     pytest.fail("the app did not serve within 300 s")
                 time.sleep(1)
-        yield url, proc
+        yield url, proc, log_path
     finally:
         proc.terminate()
         try:
@@ -97,7 +104,7 @@ def test_a_port_in_use_ends_in_one_line(tmp_path):
 def test_the_readmes_api_example(server):
     """The README's gradio_client example, run against the served page, prints what its comment says."""
     require("gradio_client")
-    url, _ = server
+    url, *_ = server
     readme = (ROOT / "README.md").read_text()
     code = re.search(r"\*\*Demo\*\*.*?```python\n(.*?)```", readme, re.S).group(1)
     *lines, last = code.replace("http://127.0.0.1:7860/", url).strip().splitlines()
@@ -111,7 +118,7 @@ def test_the_app_started_outside_the_checkout_serves_its_default_folder(server):
     """`python examples/app.py` started in another folder: its default --model is the checkout's folder, not one
     relative to where it was started (which failed with "is not a model folder this page serves")."""
     client_module = require("gradio_client")
-    url, _ = server
+    url, *_ = server
     result = client_module.Client(url, verbose=False).predict(PROMPT, api_name="/generate")  # the default folder
     assert result["folder"] == COPYING and result["words"]
 
@@ -119,12 +126,12 @@ def test_the_app_started_outside_the_checkout_serves_its_default_folder(server):
 def test_the_api_answers_with_the_pages_numbers(server):
     """/generate and /score give what the page shows, and a bad input is answered with its message."""
     client_module = require("gradio_client")
-    url, _ = server
+    url, *_ = server
     client = client_module.Client(url, verbose=False)
     result = client.predict(PROMPT, COPYING, "greedy", 20, api_name="/generate")
-    assert len(result["words"]) == 20 and result["text"]
+    assert 10 < sum(len(w["ids"]) for w in result["words"]) <= 20 and result["text"]  # 20 tokens, a word in bytes
     for w in result["words"]:
-        assert w["vocabulary"] + w["pointer"] == pytest.approx(w["probability"], abs=1e-5)
+        assert w["vocabulary"] + w["pointer"] + w["speller"] == pytest.approx(w["probability"], abs=1e-5)
         assert 0 <= w["gate"] <= 1 and w["window"] and w["top"]
     scored = client.predict("The Kestrelwind sailed. The Kestrelwind sank.", api_name="/score")
     assert scored["perplexity"] > 1 and 0 < scored["unseen_word_rate"] < 1
@@ -133,7 +140,8 @@ def test_the_api_answers_with_the_pages_numbers(server):
 
 
 def test_in_a_real_browser(server, tmp_path):
-    url, proc = server
+    url, proc, log_path = server
+    start = len(log_path.read_text())  # the API's gr.Error before, which Gradio logs with its trace, is not the page's
     sync_api = require("playwright.sync_api")
     if not CHROMIUM.exists():
         if os.environ.get("CI") == "true":
@@ -149,6 +157,7 @@ def test_in_a_real_browser(server, tmp_path):
         finally:
             browser.close()
     assert proc.poll() is None  # the server kept serving
+    assert "Traceback" not in log_path.read_text()[start:]  # every bad input was a message, none a failure
 
 
 def pick_folder(page, folder):
@@ -159,9 +168,16 @@ def pick_folder(page, folder):
 
 
 def generate(page):
+    """Click Generate and wait for this click's answer: a status of a new run that ends it, or a new message (the
+    status keeps the last answer's text while the next one loads)."""
+    last = """() => { const s = document.querySelector('#gen-status');
+        const run = s.querySelector('.ps-status'), msg = s.querySelector('.ps-msg');
+        return [run ? run.dataset.run + run.innerText : '', msg ? msg.innerText : '']; }"""
+    before = page.evaluate(last)
     page.locator("#generate").click()
-    page.wait_for_function("document.querySelector('#gen-status').innerText.includes('words in')"
-                           " || document.querySelector('#gen-status .ps-msg') !== null")  # fmt: skip
+    page.wait_for_function(f"""(before) => {{ const [run, msg] = ({last})();
+        return (run !== before[0] && run.includes('words in')) || (msg !== '' && msg !== before[1]); }}""",
+                           arg=before)  # fmt: skip
 
 
 def upload(page, expect, path):
@@ -183,17 +199,59 @@ def drive(page, expect, tmp_path):
     assert name == "Kestrelwind"  # written as spelled, not as a placeholder
     copied.first.click()
     moment = page.locator("#moment")
-    expect(moment).to_contain_text(f"{name}: p = ")
+    expect(moment).to_contain_text(f"{name} (copy): p = ")
     expect(moment).to_contain_text("gate g = ")
     window = moment.locator(".ps-window span")
     assert window.count() >= 15 and name in window.all_inner_texts()
+    expect(moment.locator(".ps-window")).to_contain_text("sailed to Norway. The Kestrelwind")  # running text
     g = float(re.search(r"gate g = ([0-9.]+)", moment.inner_text()).group(1))
     assert 0 <= g <= 1
     expect(page.locator("#compare")).to_contain_text("wt2-lstm-2x200", timeout=60_000)
     page.screenshot(path=SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "app.png", full_page=True)
 
-    # bad inputs: each answered by a message in the page
+    # coining: sampled, the model spells a word new to the text and the vocabulary, then copies it
+    prompt = page.locator("#prompt textarea").input_value()
+    page.locator("#prompt textarea").fill(PROMPT_DEFAULT)
+    page.locator("#mode input[value=sample]").check()
+    page.locator("#max_new_tokens input").fill("60")
+    page.locator("#seed input").fill(COINING_SEED)
+    generate(page)
+    coined = page.locator("#continuation .w.coined")
+    assert coined.count() >= 1 and COINED in coined.all_inner_texts(), page.locator("#continuation").inner_text()
+    copies = page.locator("#continuation .w.copied", has_text=COINED)
+    assert copies.count() >= 1, "the coined word was not copied"
+    coined.filter(has_text=COINED).first.click()
+    expect(moment).to_contain_text(f"{COINED} (new): p = ")
+    speller = float(re.search(r"\+ speller ([0-9.e-]+)", moment.inner_text()).group(1))
+    assert speller > 0 and "pointer share 0.0%" in moment.inner_text()
+    copies.first.click()
+    expect(moment).to_contain_text(f"{COINED} (copy): p = ")
+    assert float(re.search(r"pointer share ([0-9.]+)%", moment.inner_text()).group(1)) >= 50
+    expect(moment.locator("table")).to_contain_text("(a new word)")  # the speller's share among the top next words
+    page.locator("#mode input[value=greedy]").check()
+    page.locator("#seed input").fill("0")
+    page.locator("#prompt textarea").fill(prompt)
+
+    # a plain folder says it has no pointer and is compared with its pointer twin
+    pick_folder(page, PLAIN)
+    expect(page.locator("#loaded")).to_contain_text("no pointer")
+    generate(page)
+    expect(page.locator("#moment")).to_contain_text("no pointer")
+    assert "gate g" not in page.locator("#moment").inner_text()
+    expect(page.locator("#compare")).to_contain_text(COPYING, timeout=60_000)
+    pick_folder(page, COPYING)
+    expect(page.locator("#loaded")).to_contain_text(f"Loaded {COPYING}")
+
+    # bad inputs: each answered by a message in the page, the last output cleared
     status = page.locator("#gen-status .ps-msg")
+    for seed, said in (("1e30", "seed must be a whole number in [0, 4,294,967,295], got 1e+30"),
+                       ("3.7", "seed must be a whole number in [0, 4,294,967,295], got 3.7"),
+                       ("", "seed is empty")):  # fmt: skip
+        page.locator("#seed input").fill(seed)
+        generate(page)
+        expect(status).to_contain_text(said)
+        assert page.locator("#continuation .w").count() == 0 and page.locator("#moment").inner_text().strip() == ""
+    page.locator("#seed input").fill("0")
     page.locator("#prompt textarea").fill("")
     generate(page)
     expect(status).to_contain_text("The prompt is empty")
@@ -211,9 +269,18 @@ def drive(page, expect, tmp_path):
 
     page.get_by_role("tab", name="Score").click()
     score_status = page.locator("#score-status .ps-msg")
+    # made-up names pasted: running text, and the pointer helped most on their repeats
+    page.locator("#score-text textarea").fill(NAMES)
+    page.locator("#score").click()
+    expect(page.locator("#score-out")).to_contain_text(
+        "Tarrabee's house at Brindlemoor stood by the Quell. Tarrabee", timeout=60_000
+    )
+    helped = page.locator("#score-out .ps-helped tr td:first-child").all_inner_texts()
+    assert helped and set(helped[:3]) <= {"Tarrabee", "Brindlemoor", "Quell"}, helped
     page.locator("#score-text textarea").fill("word " * 10_000)
     page.locator("#score").click()
-    expect(score_status).to_contain_text("10,000 words")
+    expect(score_status).to_contain_text("10,000 words", timeout=60_000)
+    expect(page.locator("#score-out")).to_have_text("")  # the last text's scores are gone
     binary = tmp_path / "weights.bin"
     binary.write_bytes(bytes(range(256)) * 64)
     upload(page, expect, binary)
@@ -231,4 +298,4 @@ def drive(page, expect, tmp_path):
     expect(page.locator("#score-moment")).to_contain_text("gate g = ")
     page.get_by_role("tab", name="Generate").click()
     generate(page)
-    expect(page.locator("#gen-status")).to_contain_text("20 words in")
+    expect(page.locator("#gen-status")).to_contain_text(" words in ")
