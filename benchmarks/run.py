@@ -722,7 +722,10 @@ def main(argv=None):
         rows += spelled_decoding(reps, quick, dev, dtype)
     sections = []
     if "decode_paths" in groups:  # the shipped models, and the paper's width with random weights
-        shipped = lambda name: PointerSentinelForCausalLM.from_pretrained(ROOT / "pretrained" / name)  # noqa: E731
+        from modeling_pointer_sentinel.spelling import without_speller
+
+        # the word model under each folder's speller: these paths step words (the speller's cost: --only spell)
+        shipped = lambda name: without_speller(PointerSentinelForCausalLM.from_pretrained(ROOT / "pretrained" / name))  # noqa: E731
         models = [("ptb-pointer-sentinel-lstm-2x200 (V=10000, L=100)", shipped("ptb-pointer-sentinel-lstm-2x200"))]
         if not quick:
             models += [

@@ -128,15 +128,87 @@ def main(argv=None):
     choice, state = best
     model = with_speller(word_model, choice["speller_size"])
     model.speller.load_state_dict(state)
-    model.save_pretrained(args.output_dir)
-    spelled_tok.save_pretrained(args.output_dir)
+    settings = ("model", "max_train_count", "speller_size", "epochs", "valid_max_count", "held_out", "lr", "seed")
+    result = {k: getattr(args, k) for k in settings} | {"grid": grid, "chosen": choice}
+    result |= {"held_out_words": len(held), "valid_occurrences": len(valid_words)}
+    test = None
+    save_folder(model, spelled_tok, Path(args.model), Path(args.output_dir))
+    if "test" in splits:  # the saved folder's bits per byte, measured as evaluate.py does
+        from evaluate import main as evaluate
+
+        names = ("dataset_name", "dataset_config_name", "test_file", "data_cache_dir")
+        flags = [f"--{n}={getattr(args, n)}" for n in names if getattr(args, n, None)]
+        test = evaluate([args.output_dir, *flags, *(["--num_threads", str(args.num_threads)] * bool(args.num_threads))])
+        result["test"] = test
+    record_speller(Path(args.model), Path(args.output_dir), model.config, result, speller_command(args))
     print(f"chosen on validation: {json.dumps(choice)}; saved to {args.output_dir}")
     if args.output_json:
-        settings = ("model", "max_train_count", "speller_size", "epochs", "valid_max_count", "held_out", "lr", "seed")
-        result = {k: getattr(args, k) for k in settings} | {"grid": grid, "chosen": choice}
-        result |= {"held_out_words": len(held), "valid_occurrences": len(valid_words)}
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output_json).write_text(json.dumps(result, indent=1) + "\n")
+
+
+WORD_WEIGHTS, SHARDS = "model.safetensors", ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+def save_folder(model, tok, word_folder: Path, out: Path):
+    """Save the model with its speller and the spell-mode tokenizer. The word model's weights file is kept byte for
+    byte as the first of two shards and the speller's weights are the second (model.safetensors.index.json names
+    both): the word weights are unchanged, and a repository that held the word model stores only the speller anew."""
+    import shutil
+
+    import torch
+    from export_pretrained import drop_loading_keys
+    from safetensors.torch import load_file, save_file
+
+    from modeling_pointer_sentinel.pipeline_pointer_sentinel import ship_pipeline
+
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    drop_loading_keys(out)  # how the tokenizer was loaded is not what it is
+    if (word_folder / "pipeline_pointer_sentinel.py").is_file():
+        ship_pipeline(out)
+    whole, word_file = out / WORD_WEIGHTS, word_folder / WORD_WEIGHTS
+    if not (whole.is_file() and word_file.is_file()):
+        return  # a sharded word model: save_pretrained's own layout
+    saved, words = load_file(whole), load_file(word_file)
+    speller = {k: v for k, v in saved.items() if k not in words}
+    if set(saved) - set(speller) != set(words) or not all(torch.equal(saved[k], words[k]) for k in words):
+        return  # the word weights were saved otherwise (another tying): one file
+    shutil.copyfile(word_file, out / SHARDS[0])
+    save_file(speller, out / SHARDS[1], metadata={"format": "pt"})
+    total = sum(t.numel() * t.element_size() for t in saved.values())
+    weight_map = {k: SHARDS[k in speller] for k in sorted(saved)}
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / f"{WORD_WEIGHTS}.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    whole.unlink()
+
+
+def speller_command(args) -> str:
+    """This run's command as a card shows it: the folder as given when inside the checkout, data files by name."""
+    from export_pretrained import display_path
+
+    flags = [f"--{s}_file {Path(getattr(args, f'{s}_file')).name}" for s in ("train", "validation", "test")
+             if getattr(args, f"{s}_file", None)]  # fmt: skip
+    grid = (f"--max_train_count {' '.join(map(str, args.max_train_count))} --speller_size "
+            f"{' '.join(map(str, args.speller_size))} --epochs {args.epochs}")  # fmt: skip
+    return " ".join(["python examples/add_speller.py", display_path(args.model), "OUT", *flags, grid])
+
+
+def record_speller(word_folder: Path, out: Path, config, result: dict, command: str):
+    """A shipped folder (one with eval_results.json and a card) keeps both, with the speller's figures added."""
+    record_file = word_folder / "eval_results.json"
+    if not record_file.is_file():
+        return
+    from export_pretrained import model_card
+    from huggingface_hub import ModelCard
+
+    record = json.loads(record_file.read_text())
+    keep = ("chosen", "held_out_words", "valid_occurrences", "test")
+    record["speller"] = {k: result[k] for k in keep if k in result} | {"command": command}
+    (out / "eval_results.json").write_text(json.dumps(record, indent=2) + "\n")
+    card = word_folder / "README.md"
+    license = (ModelCard.load(card).data.license if card.is_file() else None) or "bsd-3-clause"
+    (out / "README.md").write_text(model_card(record, config, license))
 
 
 if __name__ == "__main__":

@@ -321,10 +321,9 @@ def main(argv=None):
     # Every check of the input comes before the weights load (and their progress bar): the tokenizer, the configs,
     # the data and its streams first.
     tok = load_saved_tokenizer(args.model)
-    spelling = bool(saved_config(args.model).get("speller_size"))
-    if spelling and (given := [f"--{f}" for f in SPELLED_FLAGS if getattr(args, f)]):
-        fail(f"{' '.join(given)}: not with a speller (config.speller_size) yet; this folder scores its text in bits "
-             "per byte")  # fmt: skip
+    config = saved_config(args.model)
+    spelling = bool(config.get("speller_size"))
+    word_level = [f"--{f}" for f in SPELLED_FLAGS if getattr(args, f)]
     if args.compare:
         ours, theirs = (load_or_fail("config in", AutoConfig.from_pretrained, f) for f in (args.model, args.compare))
         if theirs.vocab_size != ours.vocab_size:
@@ -341,7 +340,16 @@ def main(argv=None):
     if args.compare and "train" not in splits:
         fail("--compare needs the training split for word frequencies: give --train_file")
     if spelling:
-        return spelled_main(args, tok, splits)
+        # Text in the corpus's form spells no word: the word model scores it as it did before its speller was added
+        # (and as fast), so the word-level analyses hold. A split that spells words is scored as spelled_main does.
+        V = config["vocab_size"]
+        files = cached_split_files(args, tok, splits)
+        spelled = [s for s, f in files.items() if len(a := token_array(f)) and int(a.max()) >= V]
+        if word_level and spelled:
+            fail(f"{' '.join(word_level)}: not on text that spells words ({', '.join(spelled)} split), only on text "
+                 "in the corpus's form; without these flags the spelled text is scored in bits per byte")  # fmt: skip
+        if args.split in spelled:
+            return spelled_main(args, tok, splits)
     files = cached_split_files(args, tok, splits)
     mapped = {s: token_array(f) for s, f in files.items()}  # the streams read a batch at a time from these
     ids = SplitIds(files)  # whole int64 splits, loaded only by the analyses that need them (--dynamic, --plots, ...)
@@ -356,6 +364,10 @@ def main(argv=None):
               "this the data the tokenizer was built for? (with no data flags the bundled WikiText-2 is used)",
               file=sys.stderr)  # fmt: skip
     tok, model = load_saved_model(args.model, tok)
+    if spelling:  # text in the corpus's form (checked above): the word model alone scores it
+        from modeling_pointer_sentinel.spelling import without_speller
+
+        model = without_speller(model)
     reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open
     if args.compare and reading.unseen(args.split) is not None:
         slots = AutoConfig.from_pretrained(args.compare).oov_slots
@@ -372,6 +384,10 @@ def main(argv=None):
 
     out = run(model, args.split)
     results = {"split": args.split, "tokens": out.targets.numel(), "ppl": out.perplexity()}
+    if spelling:  # every target a word of the vocabulary: its bytes and one separator, as spelled_main counts them
+        nbytes = int(word_bytes(tok, model.config.vocab_size)[out.targets].sum())
+        results |= {"bits_per_byte": -float(out.log_probs.double().sum()) / math.log(2) / nbytes, "bytes": nbytes,
+                    "words": out.targets.numel(), "word_perplexity": results["ppl"]}  # fmt: skip
     results["unseen_words"], results["measure"] = unseen_word_results(reading, args.split, out, args.batch_size)
     if (unk := unk_token_id(tok)) is not None:
         spelled = {}
@@ -410,6 +426,10 @@ def main(argv=None):
                 pointer_window_picture(model, tok, flat, pos, plots / f"pointer_{k}.png", plots / f"pointer_{k}.html")
     if args.compare:
         other = AutoModelForCausalLM.from_pretrained(args.compare, dtype=torch.float32).eval()
+        if other.config.speller_size:  # the split spells no word (checked above): its word model alone
+            from modeling_pointer_sentinel.spelling import without_speller
+
+            other = without_speller(other)
         out_b = run(other, args.split)
         buckets = frequency_buckets(ids["train"], out.targets, args.buckets)
         diffs = bucket_log_ppl_difference(out.log_probs, out_b.log_probs, buckets, args.buckets)
@@ -424,6 +444,14 @@ def main(argv=None):
 
 
 SPELLED_FLAGS = ("cache", "cache_grid", "dynamic", "dynamic_grid", "compare", "plots", "oov_types", "unseen_as_unk")
+
+
+def word_bytes(tok, V: int) -> torch.Tensor:
+    """(V,): each vocabulary word's UTF-8 bytes and one separator; `<eos>` 0 (the line break is the separator of the
+    word before it)."""
+    table = torch.tensor([len(t.encode()) + 1 for t in tok.convert_ids_to_tokens(list(range(V)))])
+    table[tok.eos_token_id] = 0
+    return table
 
 
 def spelled_main(args, tok, splits) -> dict:
@@ -444,15 +472,14 @@ def spelled_main(args, tok, splits) -> dict:
         ids, owner, kinds, spelled = ids[:keep], owner[:keep], kinds[: last + 1], spelled[: last + 1]
     word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
     word_ids[owner[ids < V]] = ids[ids < V]
-    vocab_bytes = torch.tensor([len(t.encode()) + 1 for t in tok.convert_ids_to_tokens(list(range(V)))])
-    vocab_bytes[tok.eos_token_id] = 0  # the line break: the separator of the word before it
-    word_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
+    vocab_bytes = word_bytes(tok, V)
+    text_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
     try:
         with tqdm(total=len(ids), desc=args.split, unit="tok") as bar:
             nats = word_nats(model, ids, owner, args.batch_size, args.bptt, progress=bar)
     except ValueError as e:
         fail(e)
-    figures = bits_per_byte_by_kind(nats, kinds, word_bytes)
+    figures = bits_per_byte_by_kind(nats, kinds, text_bytes)
     results = {"split": args.split, "tokens": len(ids), "ppl": figures["word_perplexity"], **figures,
                "measure": "every word scored as the ids carry it (a spelled word: its bytes and `</w>`); bits per "
                "byte over each word's UTF-8 bytes and one separator"}  # fmt: skip
@@ -670,6 +697,9 @@ def summary(results: dict, args, picture_positions=None) -> str:
     lines = [f"{title:{width}s}  {'perplexity':>10s}"]
     lines += [f"{label:{width}s}  {value:10.2f}" for label, value in rows]
     lines.append(f"measure: {results['measure']}")
+    if "bits_per_byte" in results:  # a spelling folder's text in the corpus's form: no word spelled
+        lines.append(f"bits per byte {results['bits_per_byte']:.4f} ({results['bytes']:,} bytes: each word's UTF-8 "
+                     "bytes and one separator; no word of this text is spelled)")  # fmt: skip
     if results.get("unseen_words", {}).get("reading") == "placeholders":  # else the measure's line gives the rate
         lines.append(unseen_words_line(results["unseen_words"]))
     if "mean_gate" in results:

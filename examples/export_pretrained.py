@@ -118,13 +118,19 @@ def save_tokenizer(tok, text_rules: str, out_dir: Path):
     it. transformers saves how a remote-code tokenizer was loaded with it (`is_local`, and `local_files_only` under
     HF_HUB_OFFLINE): a shipped folder's config says what the tokenizer is, so those keys are dropped, and a user
     online is not told to stay offline."""
-    open_vocabulary(add_text_rules(tok, text_rules)).save_pretrained(out_dir)
+    if not getattr(tok, "spell_unseen", False):  # a spelling tokenizer's vocabulary is open already
+        tok = open_vocabulary(add_text_rules(tok, text_rules))
+    tok.save_pretrained(out_dir)
+    drop_loading_keys(out_dir)
+    return AutoTokenizer.from_pretrained(out_dir)
+
+
+def drop_loading_keys(out_dir: Path):
     path, loading = out_dir / "tokenizer_config.json", {"local_files_only", "is_local"}
     config = json.loads(path.read_text())
     if loading & config.keys():
         kept = {k: v for k, v in config.items() if k not in loading}
         path.write_text(json.dumps(kept, indent=2, ensure_ascii=False) + "\n")
-    return AutoTokenizer.from_pretrained(out_dir)
 
 
 def load_recipe(path: str | None, dataset: str, run_dir: Path, base_results: str | None = None) -> dict:
@@ -207,7 +213,9 @@ def main(argv=None):
     # without attention_mask); batches come left-padded with their attention_mask from the tokenizer.
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
     # the tokenizer's placeholders are the model's extra outputs; ids of text without them are scored as before
-    model.config.oov_slots, model.config.unk_token_id = tok.oov_slots, tok.unk_token_id
+    model.config.unk_token_id = tok.unk_token_id
+    if not getattr(tok, "spell_unseen", False):  # a speller's model keeps its slots: the window's spelled words
+        model.config.oov_slots = tok.oov_slots
     model.save_pretrained(out_dir, safe_serialization=True)
     ship_pipeline(out_dir)  # pipeline("text-generation", model=out_dir, trust_remote_code=True) writes copied words
     code = ("modeling_pointer_sentinel.py", "generation_pointer_sentinel.py")  # the second as the first's import
@@ -349,6 +357,40 @@ def model_card(record: dict, config, license: str) -> str:
         if config.use_pointer
         else "out.loss.exp()  # perplexity"
     )
+    speller = record.get("speller") if config.speller_size else None
+    if speller:
+        chosen, test = speller["chosen"], speller.get("test")
+        test_flag = f" --test_file {record['test_file']}" if record["dataset"] == "ptb" else ""
+        repeat = ("the pointer copies a spelled word when it recurs in its window, and the speller spells it anew "
+                  "past it" if config.use_pointer else "this model has no pointer, so every occurrence is spelled "
+                  "anew")  # fmt: skip
+        speller_note = (
+            f"""
+## Unseen words: the speller
+
+A word outside the vocabulary is written in its UTF-8 bytes, closed by `</w>`, so the ids carry the text: `decode`
+needs no table, and every string has a probability. A byte LSTM of {config.speller_size} units started from the word
+LSTM's output h_t (`config.speller_size`) scores the spelling, p(new word) · p_spell(bytes | h_t); {repeat}. The word
+model's weights are unchanged (`model-00001-of-00002.safetensors` is the word model's file; the speller's weights are
+the second shard), so text in the corpus's form scores exactly as before.
+
+The speller was trained on the training split's words seen at most {chosen["max_train_count"]} times, from this
+model's own contexts, for {chosen["epoch"]} epochs, chosen on {speller["held_out_words"]:,} held-out rare words
+({speller["valid_occurrences"]:,} validation occurrences, never seen by the speller): {chosen["valid_bits"]:.3f} bits
+per symbol (each byte and `</w>`). Built with `{speller["command"]}`."""
+            + (
+                f"""
+
+Test text, every word scored as the ids carry it: {test["bits_per_byte"]:.4f} bits per UTF-8 byte (each word's bytes
+and one separator; {test["bytes"]:,} bytes), word perplexity {test["word_perplexity"]:.2f}
+(`python examples/evaluate.py {folder}{test_flag}`)."""
+                if test
+                else ""
+            )
+            + "\n"
+        )
+    else:
+        speller_note = ""
     if config.oov_pointer:
         copy_note = (
             "the pointer can copy; these weights were fine-tuned to copy placeholders (`config.oov_pointer`; the "
@@ -361,6 +403,12 @@ def model_card(record: dict, config, license: str) -> str:
         )
     else:
         copy_note = "this model, which has no pointer, cannot copy"
+    unseen_note = (
+        f"Word-level with a speller: a word outside the {config.vocab_size:,} known ones is spelled in bytes (above)"
+        if speller
+        else f"Word-level: a word outside the {config.vocab_size:,} known ones becomes a placeholder (one per "
+        f"distinct unseen word of a text, up to `config.oov_slots`) that decoding writes back and {copy_note}"
+    )
     body = f"""
 # {name}
 
@@ -386,7 +434,7 @@ carried across chunks of {t["bptt"]} tokens, one `<eos>` per line, every token a
 `{record["commands"]["test"]}`; the fixed slice: `{f["command"]}`.
 Perplexities are per word-level token of this tokenisation and are comparable only with models scored the same way
 on the same files (not with per-word perplexities of detokenised text, e.g. lm-evaluation-harness's `wikitext`).
-
+{speller_note}
 Weights ship as {record["dtype"]}. Loaded with a smaller `dtype`, test perplexity is {change}; float32
 {dc["float32_test_ppl"]:.2f}.
 
@@ -430,10 +478,8 @@ To score a long text, pass it whole or in chunks with `past_key_values` (the LST
 
 ## Limitations
 
-- Word-level: a word outside the {config.vocab_size:,} known ones becomes a placeholder (one per distinct unseen
-  word of a text, up to `config.oov_slots`) that decoding writes back and {copy_note}. Perplexity
-  counts `<unk>` as a word (see the package's model card for the unknown-penalised perplexity). The input must
-  be in the corpus's form. The tokenizer puts raw text into it ({
+- {unseen_note}. Perplexity counts `<unk>` as a word (see the package's model card for the unknown-penalised
+  perplexity). The input must be in the corpus's form. The tokenizer puts raw text into it ({
         "PTB's: lower case, numbers and `%` as `N`, `n't` split off, punctuation dropped but for the corpus's own "
         "`$`, `&`, `#` and `'`"
         if record["dataset"] == "ptb"

@@ -10,19 +10,20 @@
   case, without articles, so a *document* is a segment of 100 consecutive lines of the split (the last one shorter),
   and a *name* is a lower-case alphabetic vocabulary word seen at most 100 times in ptb.train.txt (90% of WikiText-2's
   names are that rare there; `<unk>` and `N` are never names) and twice or more in the segment.
-Each document is scored twice. In the renamed copy each name is written as a made-up word the vocabulary lacks, so
-the tokenizer gives it a placeholder id (`config.oov_slots`): the ids are those placeholders directly, slot k for the
-document's k-th name, exactly what the tokenizer writes for k distinct unseen words (`made_up_words` gives words it
-would write so: lower-case letters, none in the vocabulary). The choice is deterministic: no sampling anywhere.
+Each document is scored twice. In the renamed copy each name is written as a made-up word the vocabulary lacks
+(`made_up_words`: letters, none in the vocabulary; capitalised for WikiText-2). A folder with a speller spells it, as
+its tokenizer does, so the name's ids are its bytes and `</w>`; an older folder gives it a placeholder id (slot k for
+the document's k-th name, exactly what its tokenizer writes). The choice is deterministic: no sampling anywhere.
 At each later occurrence of a name (not its first), with the document before it as context:
-- top-1: the greedy choice (`<unk>` suppressed, as generation does) is the name, or its placeholder;
-- log p: the model's log-probability of it. A placeholder the window no longer holds scores as `<unk>`'s "new word"
-  (the class, not the word), so the figures are also given for the positions whose previous occurrence is in the
-  pointer's window, where the placeholder's probability is that of the word itself.
+- top-1: greedy decoding (`<unk>` suppressed, as generation does) writes the whole name: its one id, or each of its
+  spelled ids in turn;
+- log p: the model's log-probability of it (of all its spelled ids). A name the window no longer holds is spelled
+  anew (a placeholder: scored as `<unk>`'s "new word", the class, not the word), so the figures are also given for
+  the positions whose previous occurrence is in the pointer's window, where the pointer can copy it.
 Each figure comes with renamed minus real, case by case, and its standard error: both copies score the same
 positions, so the paired error is the one that says whether a gap is more than the sample's noise.
-The plain LSTM cannot copy: a placeholder gets only its share of `<unk>`'s new-word mass (a used slot counts as
-a word it cannot see), so its top-1 is near 0.
+The plain LSTM cannot copy: it spells a renamed name anew at each occurrence (a placeholder: its share of `<unk>`'s
+new-word mass), so its top-1 is near 0.
 """
 
 import argparse
@@ -96,15 +97,16 @@ def training_counts(data: str) -> dict[str, int]:
     return dict(Counter((Path(data) / PTB_FILES["train"]).read_text().split()))
 
 
-def score(model, ids, positions, unk: int, chunk: int = 512):
-    """log p(ids[t]) and whether it is the greedy choice, at each position t (predicted from t - 1)."""
+def score(model, ids, spans, unk: int, chunk: int = 512):
+    """For each span (positions t, each predicted from t - 1: a word's one id, or a spelled word's bytes and `</w>`),
+    log p of its ids and whether greedy decoding writes them all (each the greedy choice after the ones before)."""
     import torch
 
     from modeling_pointer_sentinel import PointerSentinelCache
 
     x = torch.tensor([ids])
     cache, logp, top = PointerSentinelCache(), {}, {}
-    wanted = set(positions)
+    wanted = {t for span in spans for t in span}
     with torch.no_grad():
         for s in range(0, len(ids) - 1, chunk):
             e = min(s + chunk, len(ids) - 1)
@@ -117,7 +119,7 @@ def score(model, ids, positions, unk: int, chunk: int = 512):
                 logits[unk] = -torch.inf
                 logp[t] = out.target_log_probs[0, t - 1 - s].item()
                 top[t] = int(logits.argmax()) == ids[t]
-    return [logp[t] for t in positions], [top[t] for t in positions]
+    return [sum(logp[t] for t in span) for span in spans], [all(top[t] for t in span) for span in spans]
 
 
 def evaluate(folder: str, docs: list[str], limit: int | None = None, train_counts: dict | None = None) -> dict:
@@ -133,8 +135,11 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
     if not cfg.oov_slots:
         raise SystemExit(f"{folder}: config.oov_slots is 0, so the model has no placeholders to copy")
     vocab = tok.backend_tokenizer.get_vocab()
-    for w in made_up_words(cfg.oov_slots, vocab):  # the renamed text's words: the tokenizer gives them placeholders
+    made_up = made_up_words(cfg.oov_slots, vocab)
+    for w in made_up:  # the renamed text's words: the vocabulary lacks them
         assert tok.backend_tokenizer.encode(w, add_special_tokens=False).ids == [cfg.unk_token_id], w
+    if cfg.speller_size:  # spelled as the tokenizer writes them: WikiText-2's names capitalised, PTB's lower case
+        made_up = [tok(w if train_counts else w.capitalize(), add_special_tokens=False)["input_ids"] for w in made_up]
     rows = {"real": ([], []), "renamed": ([], [])}
     near = []  # whether the name's previous occurrence is in the pointer's window (a placeholder it can copy)
     for doc in tqdm(docs[:limit] if limit else docs, desc=Path(folder).name, unit="article"):
@@ -142,8 +147,13 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
         found = (names(ids, vocab) if train_counts is None else rare_words(ids, vocab, train_counts))[: cfg.oov_slots]
         if not found:
             continue
-        slot = {i: cfg.vocab_size + k for k, i in enumerate(found)}
-        renamed = [slot.get(i, i) for i in ids]
+        # each name's renamed ids: its slot, or its made-up word spelled; `at`: where each word's ids start
+        slot = {i: made_up[k] if cfg.speller_size else [cfg.vocab_size + k] for k, i in enumerate(found)}
+        pieces = [slot.get(i, [i]) for i in ids]
+        at = [0]
+        for piece in pieces:
+            at.append(at[-1] + len(piece))
+        renamed = [j for piece in pieces for j in piece]
         last, positions = {}, []
         for t, i in enumerate(ids):
             if i in slot:
@@ -151,8 +161,9 @@ def evaluate(folder: str, docs: list[str], limit: int | None = None, train_count
                     positions.append(t)
                     near.append(t - last[i] <= cfg.pointer_window)  # the window ends at t - 1, L positions long
                 last[i] = t
+        spans = {"real": [[t] for t in positions], "renamed": [list(range(at[t], at[t + 1])) for t in positions]}
         for name, seq in (("real", ids), ("renamed", renamed)):
-            lp, top = score(model, seq, positions, cfg.unk_token_id)
+            lp, top = score(model, seq, spans[name], cfg.unk_token_id)
             rows[name][0].extend(lp)
             rows[name][1].extend(top)
     result = {"model": Path(folder).name, "cases": len(near), "in_window": sum(near)}

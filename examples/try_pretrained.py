@@ -71,6 +71,7 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import pipeline, set_seed  # noqa: E402
 
 from modeling_pointer_sentinel.evaluation import collect_outputs  # noqa: E402
+from modeling_pointer_sentinel.spelling import without_speller  # noqa: E402
 from modeling_pointer_sentinel.training import encode_lines, load_text_splits  # noqa: E402
 
 
@@ -115,8 +116,15 @@ def main(argv=None):
         streams = streams_for(ids, defaults.batch_size, None)
     except ValueError as e:
         fail(e)
+    model = generator.model
+    if model.config.speller_size:  # the card's figure is the word model's, on text in the corpus's form
+        if int(ids.max()) >= model.config.vocab_size:
+            print(f"not scored: this text spells words outside the vocabulary; `python examples/evaluate.py "
+                  f"{args.model} --test_file {args.test_file}` scores it in bits per byte")  # fmt: skip
+            return None
+        model = without_speller(model)
     with tqdm(total=streams[:, 1:].numel(), desc="test", unit="tok") as bar:
-        ppl = collect_outputs(generator.model, streams, defaults.bptt, progress=bar).perplexity()
+        ppl = collect_outputs(model, streams, defaults.bptt, progress=bar).perplexity()
     print(f"test perplexity {ppl:.2f} over {streams[:, 1:].numel():,} targets (the card: {record['test']['ppl']:.2f} "
           f"on {record['test_file']}) in {time.perf_counter() - start:.0f} s")  # fmt: skip
     return ppl

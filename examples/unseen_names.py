@@ -5,12 +5,12 @@ does the continuation bring back the name the vocabulary lacks as often as the n
         --output results/open_vocabulary/unseen_names_wt2.json
 
 Each prompt names a made-up word and a real one twice each, in the same roles, the last-named alternating between
-them. A prompt's unseen words are those its tokenizer gives placeholders (`enc.oov_words`); its real names must be
-in the vocabulary (both checked). Greedy and beam search (4 beams) give one continuation each; sampling (top-k 40)
-gives --samples continuations from --seed. A word "comes back" when the continuation holds it as a whole word. The
-summary counts greedy and sampled continuations with an unseen word back and with a real name back. No `<unk>` may
-appear in any continuation (checked). A folder whose model has no pointer or no placeholder slots (nothing could copy
-an unseen word back) stops the script with one `error:` line and exit status 2.
+them. A prompt's unseen words are those its tokenizer spells or gives placeholders (`tok.unseen_words`); its real
+names must be in the vocabulary (both checked). Greedy and beam search (4 beams) give one continuation each; sampling
+(top-k 40) gives --samples continuations from --seed. A word "comes back" when the continuation holds it as a whole
+word. The summary counts greedy and sampled continuations with an unseen word back and with a real name back. No
+`<unk>` may appear in any continuation (checked). A folder whose model has no pointer or no placeholder slots (nothing
+could copy an unseen word back) stops the script with one `error:` line and exit status 2.
 """
 
 import argparse
@@ -62,8 +62,8 @@ def continuations(folder: str, prompts: list[tuple[str, list[str]]], max_new_tok
     tok = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
     rows = []
     for prompt, real in prompts:
-        unseen = tok(prompt).oov_words[0]
-        if not unseen or any(tok(name).oov_words[0] for name in real):
+        unseen = tok.unseen_words(prompt)
+        if not unseen or any(tok.unseen_words(name) for name in real):
             raise SystemExit(f"{folder}: {prompt!r} needs an unseen word and real names in the vocabulary {real}")
         row = {"prompt": prompt, "unseen": unseen, "real": real}
         for name, kw in DECODING.items():

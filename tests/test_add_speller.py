@@ -58,6 +58,13 @@ def test_the_speller_chosen_on_validation_is_saved_and_corpus_text_scores_as_bef
     tok, m = AutoTokenizer.from_pretrained(out), AutoModelForCausalLM.from_pretrained(out).eval()
     word_tok, word = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
     assert tok.spell_unseen and m.config.speller_size == result["chosen"]["speller_size"]
+    # the word model's weights file kept byte for byte as the first shard, the speller's weights the second
+    shards = json.loads((out / "model.safetensors.index.json").read_text())["weight_map"]
+    assert not (out / "model.safetensors").exists()
+    assert (out / "model-00001-of-00002.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert {k for k, f in shards.items() if f.startswith("model-00002")} == {
+        f"speller.{k}" for k in m.speller.state_dict()
+    }
     # the saved speller is the chosen one: its validation figure, recomputed from the saved folder
     ids = {s: encode_lines(word_tok, (tmp_path / f"{s}.txt").read_text().splitlines()) for s in ("train", "valid")}
     counts = torch.bincount(ids["train"], minlength=m.config.vocab_size)

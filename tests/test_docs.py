@@ -109,6 +109,14 @@ def test_model_card_renamed_names_tables_are_the_benchmarks_files(corpus):
                 produced = round(r["renamed"]["all"]["top1"] * r["cases"])
                 beyond = produced - round(r["renamed"]["in_window"]["top1"] * r["in_window"])
                 assert f"{beyond} of {produced}" in words, (corpus, split, beyond, produced)
+    spelled = ROOT / "results" / "open_vocabulary" / f"renamed_names_{corpus}_validation_spelled.json"
+    for r in json.loads(spelled.read_text()) if spelled.is_file() else []:  # the shipped folder, names spelled
+        for kind in ("real", "renamed"):
+            a, w = r[kind]["all"], r[kind]["in_window"]
+            cells = [f"`{r['model']}`", "validation, spelled", kind, f"{a['top1']:.1%}", f"{a['mean_log_p']:.2f}",
+                     f"{w['top1']:.1%}", f"{w['mean_log_p']:.2f}"]  # fmt: skip
+            assert cells in rows(card, f"`{r['model']}`"), cells
+        assert f"`</w>` at {r['renamed']['in_window']['top1']:.1%} of the positions in the window" in words
 
 
 def test_model_card_lm_eval_table_is_its_results_file():
@@ -257,14 +265,14 @@ def test_readme_repository_names_every_example_and_every_shipped_model():
     assert f"A clone holds the code, the {count} shipped models," in readme
 
 
-def test_readme_open_vocabulary_states_the_shipped_slot_limit():
-    """The Open vocabulary paragraph's placeholder range and limit are the shipped folders' `oov_slots`."""
-    slots = {json.loads((f / "config.json").read_text())["oov_slots"] for f in (ROOT / "pretrained").iterdir()}
-    assert len(slots) == 1
-    n = slots.pop()
+def test_readme_open_vocabulary_states_the_spelling_limit():
+    """The Open vocabulary paragraph's piece length is the tokenizer's, and every shipped folder spells."""
+    from modeling_pointer_sentinel.tokenization_pointer_sentinel import MAX_SPELLED_BYTES
+
+    folders = [f for f in (ROOT / "pretrained").iterdir() if (f / "config.json").is_file()]
+    assert all(json.loads((f / "tokenizer_config.json").read_text()).get("spell_unseen") for f in folders)
     words = " ".join(read("README.md").split())
-    assert f"placeholder id V..V+{n - 1} (`config.oov_slots`, {n}; past {n} distinct ones in one text the rest " \
-           "read as `<unk>`, with a warning)" in words  # fmt: skip
+    assert f"(past {MAX_SPELLED_BYTES} bytes in pieces joined by `<+w>`, any length)" in words
 
 
 def test_readme_onnx_prompt_starts_a_line():

@@ -74,5 +74,32 @@ def test_evaluate_reports_bits_per_byte_by_kind_and_refuses_what_it_cannot_score
     assert math.isclose(result["ppl"], math.exp(total / result["words"]), rel_tol=1e-6)
     for flag in (["--cache"], ["--unseen_as_unk"]):
         refused = run_script("evaluate.py", tmp_path, "--test_file", text, *flag)
-        assert refused.returncode == 2 and "not with a speller" in refused.stderr, refused.stderr
+        assert refused.returncode == 2 and "not on text that spells words" in refused.stderr, refused.stderr
         assert "Traceback" not in refused.stderr
+
+
+def test_text_in_the_corpus_form_takes_the_word_level_analyses_and_scores_as_spelled(tmp_path):
+    """On text in the corpus's form (no word spelled) a spelling folder is scored by its word model alone, fast, and
+    the README's --cache / --dynamic commands run: the same perplexity and bits per byte as the spelled scoring."""
+    spelling_pair(tmp_path)
+    text = tmp_path / "corpus.txt"
+    text.write_text("the ship of the line was sunk in the bay by the crew .\n" * 3 + "a ship was saved .\n")
+    out, cached = tmp_path / "spelled.json", tmp_path / "cache.json"
+    common = ("--test_file", text, "--batch_size", "1")
+    done = run_script("evaluate.py", tmp_path, *common, "--output_json", out)
+    assert done.returncode == 0, done.stderr
+    done = run_script("evaluate.py", tmp_path, *common, "--cache", "--output_json", cached)
+    assert done.returncode == 0, done.stderr
+    fast, word_level = json.loads(out.read_text()), json.loads(cached.read_text())
+    assert "cache" in json.dumps(word_level) and math.isclose(fast["ppl"], word_level["ppl"], rel_tol=1e-9)
+    tok, m = spelling_pair(tmp_path)  # the spelled scoring of the same text, every word after the first
+    ids = encode_lines(tok, text.read_text().splitlines())
+    owner, kinds, spelled = spelled_words(ids.tolist(), m.config.vocab_size, L)
+    nats = word_nats(m.double(), ids, owner, batch_size=1, bptt=1000)
+    words = torch.tensor([len(w.encode()) + 1 if w != "\n" else 0 for w in tok.batch_decode(ids[:, None])])
+    figures = bits_per_byte_by_kind(nats, kinds, words)
+    assert math.isclose(fast["ppl"], figures["word_perplexity"], rel_tol=1e-5), (fast["ppl"], figures)
+    assert (
+        math.isclose(fast["bits_per_byte"], figures["bits_per_byte"], rel_tol=1e-5)
+        and fast["bytes"] == figures["bytes"]
+    )

@@ -1,12 +1,15 @@
-"""Every standard transformers idiom writes a word the vocabulary lacks back as the prompt spelled it, with no table
-passed: decode / batch_decode of generate's output, beam search, num_return_sequences, TextStreamer,
-TextIteratorStreamer, tokenize / convert_ids_to_tokens, pipeline, examples/generate.py and examples/onnx_generate.py.
-The tokenizer remembers what it encoded (`EncodedRows`, tokenization_pointer_sentinel.py); the shipped WikiText-2
-pointer folder (its copy head: `config.oov_pointer`) writes the name by greedy decoding through the real
-`model.generate`."""
+"""Every standard transformers idiom writes a word the vocabulary lacks as the text spelled it, with no table and no
+memory: the ids carry the text (the shipped WikiText-2 pointer folder spells an unseen word in UTF-8 bytes, and its
+pointer copies the spelled word). decode / batch_decode of generate's output, template prompts encoded first, ids
+decoded in a new process, a slice decoded by a fresh tokenizer, beam search, num_return_sequences, TextStreamer and
+TextIteratorStreamer while another thread encodes, tokenize / convert_ids_to_tokens, pipeline, examples/generate.py
+and examples/onnx_generate.py, all through the real `model.generate`. The placeholder tokenizer of a run trained
+without a speller keeps its registry (last tests)."""
 
 import copy
+import json
 import pickle
+import subprocess
 import sys
 import threading
 
@@ -22,12 +25,14 @@ sys.path.insert(0, str(ROOT / "examples"))
 import generate as generate_script  # noqa: E402
 import onnx_generate  # noqa: E402
 
-COPIER = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"  # the shipped WikiText-2 pointer folder (copy head)
-# prompts on which its greedy continuation starts with the prompt's unseen name (6 words: " Quarrington of the
-# Quarrington of the" and " Esselbrook of the Esselbrook, the")
+COPIER = ROOT / "pretrained" / "wt2-pointer-sentinel-lstm-2x200"  # the shipped WikiText-2 pointer folder (speller)
+# prompts on which its greedy continuation starts with the prompt's unseen name, spelled byte by byte (" Quarrington
+# of the Quarrington of the" and " Esselbrook of the Esselbrook, the")
 RIVER = "\nThe Quarrington River is a river. The"
 PLAYED = "\nSmith and Esselbrook played. Esselbrook and Smith played. Esselbrook and"
-BAD = ("<oov-", "<unk>")
+NAMES = ("Quarrington", "Wenlockstead", "Ambrecote")  # RIVER's template, one name each
+BAD = ("<oov-", "<unk>", "<0x", "</w>")
+N = 20  # new tokens: a name's bytes and the words after it
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +52,18 @@ def clean(text: str, name: str, prompt: str | None = None) -> None:
 
 
 def greedy(model, enc, **kw):
-    return model.generate(**enc, max_new_tokens=6, do_sample=False, **kw)
+    return model.generate(**enc, max_new_tokens=N, do_sample=False, **kw)
+
+
+def fresh():
+    return AutoTokenizer.from_pretrained(COPIER, trust_remote_code=True)
 
 
 def test_decode_of_generate_output(tok, model):
     enc = tok(RIVER, return_tensors="pt")
     out = greedy(model, enc)
-    assert tok.word_vocab_size in out[0, enc["input_ids"].shape[1] :].tolist()  # the model copied slot 0
+    n = enc["input_ids"].shape[1]
+    assert out[0, n : n + 12].tolist() == tok(" Quarrington").input_ids  # 11 bytes and </w>: copied, spelled
     for skip in (False, True):
         text = tok.decode(out[0], skip_special_tokens=skip)
         clean(text, "Quarrington", RIVER)
@@ -61,17 +71,43 @@ def test_decode_of_generate_output(tok, model):
     clean(tok.batch_decode(out, skip_special_tokens=True)[0], "Quarrington", RIVER)
 
 
+def test_template_prompts_encoded_first_each_decode_their_own_name(tok, model):
+    """The batch-job pattern: every prompt encoded, then each generated and decoded, the slice after the prompt by
+    a tokenizer that never saw it."""
+    encodings = [tok(RIVER.replace("Quarrington", name), return_tensors="pt") for name in NAMES]
+    assert len({e["input_ids"].shape[1] for e in encodings}) == 3  # the names are in the ids, not a slot
+    for name, enc in zip(NAMES, encodings, strict=True):
+        out = greedy(model, enc)
+        new = fresh().decode(out[0, enc["input_ids"].shape[1] :])
+        clean(new, name)
+        assert all(other not in new for other in NAMES if other != name), new
+
+
+def test_ids_decode_in_a_new_process(tok, model, tmp_path):
+    enc = tok(RIVER, return_tensors="pt")
+    out = greedy(model, enc)
+    (tmp_path / "ids.json").write_text(json.dumps(out[0].tolist()))
+    code = ("import json, sys; from transformers import AutoTokenizer; "
+            "tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True); "
+            "print(json.dumps(tok.decode(json.load(open(sys.argv[2])))))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, str(COPIER), str(tmp_path / "ids.json")], capture_output=True,
+                          text=True, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = json.loads(done.stdout.strip().splitlines()[-1])
+    assert text == tok.decode(out[0])
+    clean(text, "Quarrington", RIVER)
+
+
 def test_batch_decode_of_a_left_padded_batch(tok, model):
     prompts = [RIVER, PLAYED]
     enc = tok(prompts, padding=True, return_tensors="pt")
     assert enc["attention_mask"][0, 0] == 0  # RIVER is left-padded
     out = greedy(model, enc)
-    for skip in (False, True):
-        texts = tok.batch_decode(out, skip_special_tokens=skip)
-        for prompt, name, text in zip(prompts, ["Quarrington", "Esselbrook"], texts, strict=True):
-            clean(text, name, prompt)
-            assert ("Esselbrook" if name == "Quarrington" else "Quarrington") not in text  # each row its own word
-    assert tok.decode(out) == tok.batch_decode(out)
+    texts = tok.batch_decode(out, skip_special_tokens=True)
+    for prompt, name, text in zip(prompts, ["Quarrington", "Esselbrook"], texts, strict=True):
+        clean(text, name, prompt)
+        assert text.startswith(prompt.lstrip("\n"))  # padding never shows as text
+        assert ("Esselbrook" if name == "Quarrington" else "Quarrington") not in text  # each row its own word
 
 
 def test_beam_search_and_num_return_sequences(tok, model):
@@ -83,45 +119,84 @@ def test_beam_search_and_num_return_sequences(tok, model):
         assert not any(b in text for b in BAD) and text.count(name) >= 2, text
 
 
+def other_user(tok, started: threading.Event, stop: threading.Event):
+    """Another user's prompt, encoded and decoded over and over while the first user streams."""
+    started.set()
+    while not stop.is_set():
+        tok.decode(tok(PLAYED.replace("Esselbrook", "Trevanion"))["input_ids"])
+
+
+def streaming(tok, run):
+    """run() while another thread encodes another user's prompt."""
+    started, stop = threading.Event(), threading.Event()
+    other = threading.Thread(target=other_user, args=(tok, started, stop))
+    other.start()
+    started.wait()
+    try:
+        return run()
+    finally:
+        stop.set()
+        other.join()
+
+
 @pytest.mark.parametrize("skip_prompt", [False, True])
-def test_text_streamer(tok, model, capsys, skip_prompt):
+def test_text_streamer_while_another_thread_encodes(tok, model, capsys, skip_prompt):
     enc = tok(RIVER, return_tensors="pt")
-    out = greedy(model, enc, streamer=TextStreamer(tok, skip_prompt=skip_prompt))
+    out = streaming(tok, lambda: greedy(model, enc, streamer=TextStreamer(tok, skip_prompt=skip_prompt)))
     printed = capsys.readouterr().out
     clean(printed, "Quarrington", None if skip_prompt else RIVER)
-    new = tok.decode(out[0, enc["input_ids"].shape[1] :], oov_words=enc.oov_words)
-    assert printed.rstrip("\n").endswith(new) and printed.startswith(RIVER if not skip_prompt else new[:5])
+    assert "Trevanion" not in printed
+    new = tok.decode(out[0, enc["input_ids"].shape[1] :])
+    assert printed.rstrip("\n").endswith(new.rstrip("\n"))
+    assert printed.startswith(RIVER if not skip_prompt else new[:5])
 
 
 @pytest.mark.parametrize("skip_prompt", [False, True])
-def test_text_iterator_streamer(tok, model, skip_prompt):
-    """generate runs in another thread, which decodes: the words are found all the same."""
+def test_text_iterator_streamer_while_another_thread_encodes(tok, model, skip_prompt):
+    """generate runs in a thread of its own, which decodes, while another encodes another user's prompt."""
     enc = tok(RIVER, return_tensors="pt")
     streamer = TextIteratorStreamer(tok, skip_prompt=skip_prompt)
-    thread = threading.Thread(target=greedy, args=(model, enc), kwargs={"streamer": streamer})
-    thread.start()
-    text = "".join(streamer)
-    thread.join()
+
+    def run():
+        thread = threading.Thread(target=greedy, args=(model, enc), kwargs={"streamer": streamer})
+        thread.start()
+        text = "".join(streamer)
+        thread.join()
+        return text
+
+    text = streaming(tok, run)
     clean(text, "Quarrington", None if skip_prompt else RIVER)
+    assert "Trevanion" not in text
 
 
 def test_tokenize_and_convert_ids_to_tokens(tok):
-    assert tok.tokenize("Quarrington met Esselbrook") == ["Quarrington", "met", "Esselbrook"]
-    ids = tok("Quarrington met Esselbrook and Quarrington")["input_ids"]
-    assert tok.convert_ids_to_tokens(ids) == ["Quarrington", "met", "Esselbrook", "and", "Quarrington"]
-    assert tok.convert_ids_to_tokens(ids[0]) == "<oov-0>"  # one id alone names no word
+    spelled = [f"<0x{b:02X}>" for b in b"Quarrington"] + ["</w>"]
+    assert tok.tokenize("Quarrington met") == [*spelled, "met"]
+    ids = tok("Quarrington met Quarrington")["input_ids"]
+    assert tok.convert_ids_to_tokens(ids) == [*spelled, "met", *spelled]
+    assert tok.convert_ids_to_tokens(ids[0]) == "<0x51>"  # one id alone is one byte: "Q"
     assert tok.tokenize("the <unk> cat") == ["the", "<unk>", "cat"]  # a literal <unk> stays the corpus's
 
 
 def test_pipeline(model, tok):
     pipe = pipeline("text-generation", model=str(COPIER), trust_remote_code=True, dtype=torch.float32)
-    text = pipe(RIVER, max_new_tokens=6, do_sample=False)[0]["generated_text"]
+    text = pipe(RIVER, max_new_tokens=N, do_sample=False)[0]["generated_text"]
     clean(text, "Quarrington", RIVER)
+    new = pipe(RIVER, max_new_tokens=N, do_sample=False, return_full_text=False)[0]["generated_text"]
+    clean(new, "Quarrington")
 
 
 def test_generate_script(capsys):
-    generate_script.main([str(COPIER), "--prompt", RIVER, "--max_new_tokens", "6"])
+    generate_script.main([str(COPIER), "--prompt", RIVER, "--max_new_tokens", str(N)])
     clean(capsys.readouterr().out, "Quarrington", RIVER)
+
+
+def test_add_tokens_then_resize_is_one_clear_error(model):
+    """A new token would take a byte's id: the model says so rather than read bytes as new words."""
+    other = fresh()
+    other.add_tokens(["<speaker>"])
+    with pytest.raises(ValueError, match="ids after the vocabulary are bytes"):
+        model.resize_token_embeddings(len(other))
 
 
 @pytest.fixture(scope="module")
@@ -146,37 +221,17 @@ def test_onnx_generate_script(onnx_copier, capsys):
     assert "You are using a model of type" not in out.err + out.out
 
 
-# ---- the registry: threads, bound, explicit tables, copies ----
+# ---- a placeholder tokenizer's registry (no speller): bound, explicit tables, copies ----
 
 
-def test_two_threads_see_their_own_words(tok, model):
-    """Two threads encode prompts whose ids are equal (they differ only in the unseen name) before either decodes:
-    each decodes its own name (a thread's own encodings come first)."""
-    barrier, got = threading.Barrier(2), {}
-
-    def run(name):
-        enc = tok(RIVER.replace("Quarrington", name), return_tensors="pt")
-        barrier.wait()  # both prompts encoded
-        out = greedy(model, enc)
-        barrier.wait()
-        got[name] = (tok.decode(out[0]), enc["input_ids"].tolist())
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in ("Quarrington", "Esselbrook")]
-    [t.start() for t in threads]
-    [t.join() for t in threads]
-    assert got["Quarrington"][1] == got["Esselbrook"][1]  # the ids alone cannot tell them apart
-    for name, other in (("Quarrington", "Esselbrook"), ("Esselbrook", "Quarrington")):
-        clean(got[name][0], name, RIVER)
-        assert other not in got[name][0]
-
-
-def test_oov_words_wins_and_unexplained_placeholders_read_as_today(tok):
+def test_oov_words_wins_and_unexplained_placeholders_read_as_today():
+    tok = open_vocabulary(build_word_level_tokenizer(["a b met c <unk>"]), oov_slots=4)
     enc = tok("Quarrington met Esselbrook")
     assert tok.decode(enc["input_ids"]) == "Quarrington met Esselbrook"
     assert tok.decode(enc["input_ids"], oov_words=["A", "B"]) == "A met B"
     assert tok.decode(enc["input_ids"], oov_words=[]) == "<oov-0> met <oov-1>"
     V = tok.word_vocab_size
-    assert tok.decode([V + 7, V + 8]).count("<oov-") == 2  # slots the newest encoding has no word for
+    assert tok.decode([V + 2, V + 3]).count("<oov-") == 2  # slots the newest encoding has no word for
 
 
 def test_the_registry_is_bounded_and_a_copy_starts_empty():
@@ -197,7 +252,7 @@ def test_the_registry_is_bounded_and_a_copy_starts_empty():
 def test_empty_text_is_a_well_formed_encoding(tok):
     for text in ("", "   "):
         enc = tok(text)
-        assert enc["input_ids"] == [] and enc["attention_mask"] == [] and enc.oov_words == [[]]
+        assert enc["input_ids"] == [] and enc["attention_mask"] == [] and tok.decode(enc["input_ids"]) == ""
         pt = tok(text, return_tensors="pt")
         assert pt["input_ids"].shape == pt["attention_mask"].shape == (1, 0)
     enc = tok(["", "the"], padding=True)

@@ -1,6 +1,8 @@
-"""The open-vocabulary tokenizer and the text-generation pipeline of the shipped folders: each word the vocabulary
-lacks keeps its identity (a placeholder id V + k and the row's table of surface forms), decoding writes it back, text
-in corpus form keeps exactly its ids, and the pipeline keeps each prompt's table."""
+"""The open-vocabulary tokenizer and the text-generation pipeline of the shipped folders. The folders spell a word
+their vocabulary lacks (test_spelling_tokenizer.py, test_idioms.py); read as placeholders (`open_vocabulary`, what a
+run trained without a speller saves) the same words keep their identity (a placeholder id V + k and the row's table of
+surface forms) and decoding writes them back. Either way text in corpus form keeps exactly its ids, and the pipeline
+keeps each prompt's words."""
 
 import hashlib
 import json
@@ -18,6 +20,7 @@ from transformers.generation.stopping_criteria import StoppingCriteriaList, Stop
 
 from modeling_pointer_sentinel import PointerSentinelTokenizer
 from modeling_pointer_sentinel.pipeline_pointer_sentinel import CUSTOM_PIPELINES, PointerSentinelTextGenerationPipeline
+from modeling_pointer_sentinel.spelling import without_speller
 from modeling_pointer_sentinel.tokenization import add_text_rules, build_word_level_tokenizer, open_vocabulary
 from modeling_pointer_sentinel.training import BUNDLED, encode_lines
 
@@ -28,17 +31,17 @@ NEWS = "Zelenskyy met Macron in Kyiv on Monday. Later that day, Zelenskyy told r
 
 @pytest.fixture(scope="module")
 def wt2():
-    return AutoTokenizer.from_pretrained(WT2)
+    return open_vocabulary(AutoTokenizer.from_pretrained(WT2))  # the shipped words, unseen ones as placeholders
 
 
 @pytest.fixture(scope="module")
 def ptb():
-    return AutoTokenizer.from_pretrained(PTB)
+    return open_vocabulary(AutoTokenizer.from_pretrained(PTB))
 
 
 @pytest.fixture(scope="module")
 def wt2_model():
-    return AutoModelForCausalLM.from_pretrained(WT2, dtype=torch.float32).eval()
+    return without_speller(AutoModelForCausalLM.from_pretrained(WT2, dtype=torch.float32).eval())
 
 
 def round_trip(tok, text: str) -> str:
@@ -79,15 +82,14 @@ def test_corpus_text_keeps_todays_ids(dataset):
     twin = PRETRAINED / folder.name.replace("pointer-sentinel-lstm", "lstm")
     assert (folder / "tokenizer.json").read_bytes() == (twin / "tokenizer.json").read_bytes()
     tok = AutoTokenizer.from_pretrained(folder)
-    assert isinstance(tok, PointerSentinelTokenizer) and tok.oov_slots == 256
+    assert isinstance(tok, PointerSentinelTokenizer) and tok.spell_unseen
     for split, want in TODAY[dataset].items():
         text = corpus(dataset, split)
         if text is None:
             pytest.skip("PTB is not beside this checkout")
         assert digest(encode_lines(tok, text.splitlines())) == want, split
         enc = tok(text)
-        assert digest(enc["input_ids"]) == want, split
-        assert enc.oov_words == [[]], split  # every word of the corpus is in its vocabulary, <unk> included
+        assert digest(enc["input_ids"]) == want, split  # every word of the corpus is in its vocabulary: none spelled
 
 
 FOLDERS = sorted(f for f in PRETRAINED.iterdir() if (f / "config.json").is_file())
@@ -99,6 +101,9 @@ def test_shipped_tokenizer_holds_this_packages_text_rules(folder):
     of the rules, re-export the tokenizer files: examples/export_pretrained.py)."""
     tok = AutoTokenizer.from_pretrained(folder)
     shipped = json.loads(tok.backend_tokenizer.to_str())
+    if tok.spell_unseen:  # spell mode closes the rules' decoder with ByteFallback (the spelled bytes)
+        assert shipped["decoder"]["decoders"][-1] == {"type": "ByteFallback"}
+        shipped["decoder"] = shipped["decoder"]["decoders"][0]
     add_text_rules(tok, tok.init_kwargs["text_rules"])
     assert json.loads(tok.backend_tokenizer.to_str()) == shipped
 
@@ -383,12 +388,9 @@ for folder in sys.argv[1:]:
     enc = tok({NEWS!r})
     pipe = pipeline("text-generation", model=folder, trust_remote_code=True)
     sample = pipe(["\\nThe company said", "Kyiv and Macron"], max_new_tokens=3, do_sample=False, batch_size=2)
-    # the pointer's copy of each prompt's second word outside the vocabulary, made the only choice (a plain model
-    # cannot copy: there the words keep to the prompts, and no <unk> is written)
-    bias = {{(tok.word_vocab_size + 1,): 100.0}} if pipe.model.config.use_pointer else None
-    copies = pipe({COPY_PROMPTS!r}, max_new_tokens=2, do_sample=False, sequence_bias=bias, batch_size=4)
+    copies = pipe({COPY_PROMPTS!r}, max_new_tokens=12, do_sample=False, batch_size=4)
     out[folder] = {{"tok": type(tok).__module__ + "." + type(tok).__name__, "pipe": type(pipe).__name__,
-                   "back": tok.decode(enc["input_ids"], oov_words=enc.oov_words[0]), "table": enc.oov_words,
+                   "back": tok.decode(enc["input_ids"]), "spelled": tok.unseen_words({NEWS!r}),
                    "sample": [s[0]["generated_text"] for s in sample], "pointer": pipe.model.config.use_pointer,
                    "copies": [c[0]["generated_text"] for c in copies]}}
 print(json.dumps(out))
@@ -403,10 +405,10 @@ print(json.dumps(out))
         got = out[folder]
         assert got["tok"].startswith("transformers_modules.") and got["tok"].endswith(".PointerSentinelTokenizer")
         assert got["pipe"] == "PointerSentinelTextGenerationPipeline", got
-        assert got["table"] == [["Zelenskyy", "Macron", "Kyiv"]], got
+        assert got["spelled"] == ["Zelenskyy", "Macron", "Kyiv"], got
         assert got["sample"][0].startswith("\nThe company said ") and got["sample"][1].startswith("Kyiv and Macron")
         assert json.loads((ROOT / folder / "config.json").read_text())["custom_pipelines"] == CUSTOM_PIPELINES
-        for prompt, word, text in zip(COPY_PROMPTS, SECOND, got["copies"], strict=True):
-            assert text.startswith(prompt) and "<unk>" not in text and "<oov-" not in text, got
-            assert text == f"{prompt} {word} {word}" or not got["pointer"], got
+        for prompt, text in zip(COPY_PROMPTS, got["copies"], strict=True):  # each row its own words, none lost
+            assert text.startswith(prompt) and not any(b in text for b in ("<unk>", "<oov-", "<0x", "</w>")), got
     assert out[str(WT2)]["back"] == NEWS
+    assert "Blorptang" in out[str(WT2)]["copies"][1].removeprefix(COPY_PROMPTS[1])  # the pointer copies a spelled word

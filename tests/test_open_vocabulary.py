@@ -660,7 +660,7 @@ def test_the_copy_fine_tuning_stages_chain_into_the_shipped_pointer_folder(folde
         f"examples/configs/{c.name}" for c in configs
     ]
     args.model_name_or_path = str(root / "pretrained" / folder)
-    shipped = train.build_model(args, AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=True))
+    shipped, _ = train.build_model(args, AutoTokenizer.from_pretrained(args.model_name_or_path, trust_remote_code=True))
     unk = shipped.config.unk_token_id
     assert shipped.config.oov_pointer
     assert not torch.equal(shipped.model.oov_embedding, shipped.model.embed_tokens.weight[unk])  # trained

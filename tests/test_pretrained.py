@@ -18,7 +18,7 @@ from conftest import ROOT, SHARED_DATA
 
 PRETRAINED = ROOT / "pretrained"
 FOLDERS = sorted(d for d in PRETRAINED.iterdir() if (d / "config.json").is_file()) if PRETRAINED.is_dir() else []
-FILES = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md",
+FILES = {"config.json", "tokenizer.json", "tokenizer_config.json", "README.md",
          "eval_results.json", "configuration_pointer_sentinel.py", "modeling_pointer_sentinel.py",
          "generation_pointer_sentinel.py", "tokenization_pointer_sentinel.py",
          "pipeline_pointer_sentinel.py"}  # fmt: skip
@@ -66,6 +66,15 @@ print(json.dumps(result))
 """
 
 
+def weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or the shards its index names (a folder with a speller: the word model's file, then the
+    speller's)."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return [folder / "model.safetensors"]
+    return [folder / f for f in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+
+
 def measured_test_file(record: dict) -> Path | None:
     """The test split a folder was measured on: bundled for WikiText-2, the shared copy for PTB (None if absent)."""
     from modeling_pointer_sentinel.training import BUNDLED
@@ -81,6 +90,7 @@ def check_loads_without_package(folder: Path, cwd: Path, text_file: Path | None)
     pipeline, and (for (ii)) scores the recorded slice of text_file. Returns what the client measured."""
     record = json.loads((folder / "eval_results.json").read_text())
     assert FILES <= {p.name for p in folder.iterdir()}, sorted(FILES - {p.name for p in folder.iterdir()})
+    assert all(f.is_file() for f in weight_files(folder)), weight_files(folder)
     config = json.loads((folder / "config.json").read_text())
     assert set(config["auto_map"]) >= {"AutoConfig", "AutoModelForCausalLM"}
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
@@ -132,6 +142,12 @@ def check_card(folder: Path):
     assert ("mixed with a pointer" in card.text) == pointer and ("without the pointer" in card.text) != pointer
     clock = record["training"]["run"].get("clock")
     assert ("the training process's CPU time" in card.text) == (clock == "cpu")
+    if json.loads((folder / "config.json").read_text()).get("speller_size"):  # the speller's own figures
+        speller = record["speller"]
+        assert "## Unseen words: the speller" in card.text and speller["command"] in card.text
+        assert f"{speller['chosen']['valid_bits']:.3f} bits" in card.text
+        assert f"{speller['test']['bits_per_byte']:.4f} bits per UTF-8 byte" in card.text
+        assert "becomes a placeholder" not in card.text
 
 
 def test_card_says_what_the_model_is_and_what_its_minutes_count():
@@ -146,7 +162,8 @@ def test_card_says_what_the_model_is_and_what_its_minutes_count():
     record = json.loads((folder / "eval_results.json").read_text())
     stages = {k: record["training"].pop(k) for k in ("fine_tune", "fine_tune_run")}  # the base run's line alone
     for use_pointer, clock in ((True, "cpu"), (False, "wall"), (False, None)):
-        config = PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer, oov_pointer=False)
+        config = PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer, oov_pointer=False,
+                                                       speller_size=0)  # fmt: skip
         run = {k: v for k, v in record["training"]["run"].items() if k != "clock"}
         record["training"]["run"] = run | ({"clock": clock} if clock else {})
         text = model_card(record, config, "bsd-3-clause")
@@ -154,8 +171,14 @@ def test_card_says_what_the_model_is_and_what_its_minutes_count():
         assert ("train minutes (the training process's CPU time)" in text) == (clock == "cpu")
         assert ("train minutes (wall clock)" in text) == (clock == "wall")
         assert ("cannot copy" in text) == (not use_pointer) and "were fine-tuned to copy" not in text
-    tuned = model_card(record, PointerSentinelConfig.from_pretrained(folder, oov_pointer=True), "bsd-3-clause")
+    tuned = PointerSentinelConfig.from_pretrained(folder, oov_pointer=True, speller_size=0)
+    tuned = model_card(record, tuned, "bsd-3-clause")
     assert "were fine-tuned to copy placeholders" in tuned and "so they rarely do" not in tuned
+    for use_pointer in (True, False):  # with a speller: a repeat is copied, or (no pointer) spelled again
+        spelled = model_card(record, PointerSentinelConfig.from_pretrained(folder, use_pointer=use_pointer),
+                             "bsd-3-clause")  # fmt: skip
+        assert ("the pointer copies a spelled word" in spelled) == use_pointer
+        assert ("every occurrence is spelled anew" in spelled) != use_pointer
     record["training"] |= stages  # the folder's own record: each stage named, the last stage's run on its own clock
     staged = model_card(record, PointerSentinelConfig.from_pretrained(folder), "bsd-3-clause")
     assert staged.count("Then fine-tuned, in order: ") == 1 and staged.count("`python examples/train.py --config") == 4
@@ -175,7 +198,8 @@ def test_shipped_model_card_matches_its_measurements(folder):
     check_card(folder)
     size = sum(p.stat().st_size for p in folder.iterdir())
     assert size < 60e6, f"{folder.name} is {size / 1e6:.0f} MB"
-    assert not (folder / "model.safetensors").read_bytes()[:40].startswith(b"version https://git-lfs")
+    for weights in weight_files(folder):
+        assert not weights.read_bytes()[:40].startswith(b"version https://git-lfs")
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=[f.name for f in FOLDERS])
@@ -316,7 +340,8 @@ def test_export_saves_the_tokenizer_without_how_it_was_loaded(tmp_path):
     saved = save_tokenizer(tok, "ptb", tmp_path / "out")
     config = json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())
     assert "local_files_only" not in config and "is_local" not in config
-    assert config["oov_slots"] == tok.oov_slots and saved("the company")["input_ids"] == tok("the company")["input_ids"]
+    text = "the company zorblatt said"  # a spelling tokenizer stays one: the unseen word spelled alike
+    assert config["spell_unseen"] is True and saved(text)["input_ids"] == tok(text)["input_ids"]
 
 
 def test_export_takes_the_recipe_of_its_dataset_from_the_converged_results():

@@ -596,8 +596,13 @@ def spelled_mixture(log_copy, window_spellings, prefix, log_new, log_spell_prefi
     symbols = torch.arange(SPELL_SYMBOLS, device=prefix.device).unsqueeze(-1)
     to_symbol = starts.unsqueeze(-2) & (following.unsqueeze(-2) == symbols)  # (..., SPELL_SYMBOLS, L)
     copied = _logsumexp_where(log_copy.unsqueeze(-2).expand_as(to_symbol), to_symbol)
-    joint = torch.logaddexp(copied, (log_new + log_spell_prefix).unsqueeze(-1) + log_spell_next)
-    total = joint.logsumexp(-1, keepdim=True)
+    spelled = (log_new + log_spell_prefix).unsqueeze(-1) + log_spell_next
+    # -inf on both sides (the speller's first `</w>`, no copy) is -inf, with a zero gradient rather than NaN
+    neither = (copied == -torch.inf) & (spelled == -torch.inf)
+    joint = torch.logaddexp(copied.masked_fill(neither, 0), spelled.masked_fill(neither, 0))
+    joint = joint.masked_fill(neither, -torch.inf)
+    none = (joint == -torch.inf).all(-1, keepdim=True)
+    total = joint.masked_fill(none, 0).logsumexp(-1, keepdim=True).masked_fill(none, -torch.inf)
     # an impossible prefix (no candidate left, the speller's share underflowed) reads the speller alone
     conditional = torch.where(total > -torch.inf, joint - total, log_spell_next)
     return torch.where(k > 0, conditional, joint)
@@ -1032,6 +1037,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return None if self.config.adaptive_softmax_cutoffs else self.lm_head
 
     def resize_token_embeddings(self, *args, **kwargs):
+        if self.config.speller_size:  # the ids after the words are the speller's bytes: new rows would take them
+            raise ValueError("resize_token_embeddings: with a speller the ids after the vocabulary are bytes, not "
+                             "words; leave the new token out of the tokenizer's added tokens: it is spelled as it "
+                             "is written and needs no embedding row.")  # fmt: skip
         if self.config.adaptive_softmax_cutoffs:
             raise ValueError("resize_token_embeddings cannot resize the adaptive softmax: its clusters are fixed by "
                              "adaptive_softmax_cutoffs; build a new model for the new vocabulary.")  # fmt: skip
@@ -1541,7 +1550,9 @@ def spell_state(model, w: "PackedWeights", cache: PointerSentinelCache) -> Spell
 def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, token: int) -> torch.Tensor:
     """One token of one row -> log p over the V + SPELL_SYMBOLS ids, forward's arithmetic at T = 1: a byte moves the
     speller alone; a word (a vocabulary id, or `</w>` read as its slot, as `read_spelled` reads it) is a word step
-    (`decode_step`), whose window's spelled words can then be copied and whose h_t starts the speller again."""
+    (`decode_step`), whose window's spelled words can then be copied and whose h_t starts the speller again. The row's
+    bookkeeping (its word in progress, its slots) is here; the arithmetic is `spelled_byte_step` and
+    `spelled_word_step`, which examples/export_onnx.py exports as they are."""
     cfg, K = model.config, COPIED_SYMBOLS
     V, n, L = cfg.vocab_size, cfg.oov_slots, cfg.pointer_window
     row, s, device = spell.rows.rows[0], token - V, spell.prefix.device
@@ -1549,12 +1560,7 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
         if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
             raise ValueError("`<+w>` must follow a spelled byte.")
         row.word.append(s)
-        if len(row.word) <= K:  # a longer prefix matches no window word (`spelled_mixture`'s K places)
-            spell.prefix[0, len(row.word) - 1] = s
-        spell.log_prefix.add_(spell.log_next[:, s])
-        symbol = torch.full((1,), s, dtype=torch.long, device=device)
-        spell.log_next.copy_(speller_step(model, w, symbol, spell.hidden, spell.cell, first=False))
-        return torch.cat([spell.log_next.new_full((1, V), -torch.inf), _spelled_symbols(spell)], -1)
+        return spelled_byte_step(model, w, spell, torch.full((1,), s, dtype=torch.long, device=device))
     if s == SPELL_END:
         if not row.word or row.word[-1] == SPELL_CONT:
             raise ValueError("`</w>` must close a spelled word: it follows no byte here.")
@@ -1566,21 +1572,43 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
         spelling = None
     kept = spelling if spelling is None or len(spelling) <= K else ()
     row.window = [*row.window, kept][-L:]
-    if state.keys is not None:  # the ring slot this word's key goes to
-        spell.spellings[0, int(state.slot)] = spelling_tensor([kept], K, device)[0]
     ids = torch.full((1,), token, dtype=torch.long, device=device)
-    if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it
-        vocab, _ = decode_step(model, w, state, ids, mix=False)
-        places = Placeholders.of(cfg)._replace(used=state.used, unk_count=state.unk_count)
-        empty, no_gate = vocab.new_zeros(1, 0), vocab.new_zeros(1)
-        log_p, copyable = pointer_mixture(vocab, no_gate, empty, empty.long(), places).log_softmax(-1), None
+    return spelled_word_step(model, w, state, spell, ids, spelling_tensor([kept], K, device))
+
+
+def spelled_byte_step(model, w: "PackedWeights", spell: SpellState, symbol: torch.Tensor, few: bool = True):
+    """A byte (or `<+w>`) inside a word, symbol (B,): the speller one symbol on, the bytes so far and their log
+    probability in `spell` updated in place -> log p (B, V + SPELL_SYMBOLS), -inf on the words (no word starts inside
+    one). A prefix past K places is not written: it matches no window word (`spelled_mixture`'s K places)."""
+    k = (spell.prefix >= 0).sum(-1, keepdim=True)  # the bytes so far, at most K
+    written = spell.prefix.scatter(-1, k.clamp(max=spell.prefix.shape[-1] - 1), symbol.unsqueeze(-1))
+    spell.prefix.copy_(torch.where(k < spell.prefix.shape[-1], written, spell.prefix))
+    spell.log_prefix.add_(spell.log_next.gather(-1, symbol.unsqueeze(-1)).squeeze(-1))
+    spell.log_next.copy_(speller_step(model, w, symbol, spell.hidden, spell.cell, first=False))
+    symbols = _spelled_symbols(spell, few)
+    return torch.cat([symbols.new_full((symbols.shape[0], model.config.vocab_size), -torch.inf), symbols], -1)
+
+
+def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, ids: torch.Tensor,
+                      kept: torch.Tensor, few: bool = True) -> torch.Tensor:  # fmt: skip
+    """A word step, ids (B,) (a vocabulary id, or a spelled word's slot V + k) and kept (B, K) (its spelling, bytes
+    then SPELL_END padded with -1; all -1 for a vocabulary word or one too long to copy): `decode_step`, then the
+    copies of the window's spelled words (`window_copies`) and the speller started from h_t, all in `spell` in place
+    (the spellings in the ring order of `state`) -> log p (B, V + SPELL_SYMBOLS). `state.attention` must be given
+    with the pointer (`_spell_state`)."""
+    V = model.config.vocab_size
+    if state.keys is not None:  # the ring slot this word's key goes to
+        spell.spellings.index_copy_(1, state.slot.view(1), kept.unsqueeze(1))
+    if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it: one empty slot
+        vocab, _ = decode_step(model, w, state, ids, mix=False)  # (ONNX Runtime's reductions over no slot give NaN)
+        places = Placeholders.of(model.config)._replace(used=state.used, unk_count=state.unk_count)
+        nothing = vocab.new_zeros(vocab.shape[0], 1)
+        log_p = pointer_mixture(vocab, nothing[:, 0], nothing - torch.inf, nothing.long(), places).log_softmax(-1)
+        spell.log_copy.fill_(-torch.inf)  # nothing to copy: every slot's mass is the new word's
+        spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
     else:
         log_p = decode_step(model, w, state, ids, mix=True)[0].log_softmax(-1)
         copyable = in_window(state.attention) & (state.ids >= V) & (spell.spellings[..., 0] >= 0)
-    if copyable is None or not copyable.any():  # nothing to copy: every slot's mass is the new word's
-        spell.log_copy.fill_(-torch.inf)
-        spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
-    else:
         log_copy, log_new = window_copies(log_p[:, V:], state.ids - V, copyable)
         spell.log_copy.copy_(log_copy)
         spell.log_new.copy_(log_new)
@@ -1589,16 +1617,20 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
     spell.cell.copy_(c)
     spell.prefix.fill_(-1)
     spell.log_prefix.zero_()
-    start = torch.full((1,), SPELL_END, dtype=torch.long, device=device)
+    start = torch.full_like(ids, SPELL_END)
     spell.log_next.copy_(speller_step(model, w, start, spell.hidden, spell.cell, first=True))
-    symbols = _spelled_symbols(spell)
+    symbols = _spelled_symbols(spell, few)
     return torch.cat([log_p[:, :V].to(symbols.dtype), symbols], -1)
 
 
-def _spelled_symbols(spell: SpellState) -> torch.Tensor:
-    """`spelled_mixture` over the window slots that hold a word to copy (the others add nothing): at one row's step
-    the (SPELL_SYMBOLS, L) comparison shrinks to those few. With none, at a word's start, it is the speller's share
-    alone (its logaddexp with -inf)."""
+def _spelled_symbols(spell: SpellState, few: bool = True) -> torch.Tensor:
+    """`spelled_mixture` over the window's slots. `few` (one row, eager): over the slots that hold a word to copy
+    alone (the others add nothing), so the (SPELL_SYMBOLS, L) comparison shrinks to those few, and with none, at a
+    word's start, the speller's share alone (its logaddexp with -inf); the same values, in shapes that depend on the
+    data, which an exported graph cannot have."""
+    if not few:
+        return spelled_mixture(spell.log_copy, spell.spellings, spell.prefix, spell.log_new, spell.log_prefix,
+                               spell.log_next)  # fmt: skip
     held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
     if held.numel() == 0 and spell.prefix[0, 0] < 0:
         return (spell.log_new + spell.log_prefix).unsqueeze(-1) + spell.log_next

@@ -488,6 +488,20 @@ class PointerSentinelTokenizer(TokenizersBackend):
             return self.convert_ids_to_tokens(enc["input_ids"])
         return [getattr(i, "word", t) for i, t in zip(enc["input_ids"], enc.tokens(), strict=True)]
 
+    def unseen_words(self, text: str) -> list[str]:
+        """The distinct words of `text` the vocabulary lacks, in order of first occurrence: those spelled (spell mode)
+        or given placeholders."""
+        if not self.spell_unseen:
+            return self._encode_plus(text=text, add_special_tokens=False, _remember=False).oov_words[0]
+        words, run = [], []
+        for token in self.tokenize(text):
+            if token in BYTE_OF or token == WORD_GOES_ON:
+                run.append(token)
+            elif token == END_OF_WORD and run:
+                words += [w for w in spelled_words([*run, token]) if w not in words]
+                run = []
+        return words
+
     # ---- decoding ----
 
     def words_for(self, token_ids) -> list[str] | None:
