@@ -19,7 +19,7 @@ from transformers import AutoTokenizer, TextIteratorStreamer, TextStreamer
 from transformers.generation.stopping_criteria import StopStringCriteria
 
 from modeling_pointer_sentinel import PointerSentinelTokenizer
-from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, spelling_vocabulary
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary, spelling_vocabulary
 from modeling_pointer_sentinel.tokenization_pointer_sentinel import MAX_SPELLED_BYTES
 from modeling_pointer_sentinel.training import BUNDLED
 
@@ -267,11 +267,12 @@ def test_the_shipped_vocabulary_spells_and_keeps_its_corpus_ids():
     """The WikiText-2 folder's tokenizer converted: its 33,278 words keep their ids (the validation split gives the
     ids every shipped perplexity was measured on), its placeholders go, the bytes follow; the folder's own tokenizer
     is left as it was."""
-    shipped = AutoTokenizer.from_pretrained(WT2)
+    shipped = open_vocabulary(AutoTokenizer.from_pretrained(WT2))  # the folder's words read with placeholders
     tok = spelling_vocabulary(shipped)
     V = tok.word_vocab_size
     assert V == 33278 and len(tok) == V + 258 and not any(t.startswith("<oov-") for t in tok.get_vocab())
     assert len(shipped) == V + 256 and shipped.oov_slots == 256  # unchanged
+    assert tok.backend_tokenizer.to_str() == AutoTokenizer.from_pretrained(WT2).backend_tokenizer.to_str()  # as shipped
     text = lzma.open(BUNDLED / "wiki.valid.tokens.xz", "rt", newline="").read()
     assert digest(tok(text)["input_ids"]) == TODAY["wt2"]["valid"]
     news = "Zelenskyy met Macron in Kyiv on Monday. Later that day, Zelenskyy told reporters that"

@@ -283,6 +283,7 @@ BAD_NUMBERS = [  # (flag, value, what the message says): every numeric flag's ra
     ("unseen_word_rate", "1.5", "in [0, 1]"),
     ("unseen_word_rate", "-0.1", "in [0, 1]"),
     ("oov_pointer_learning_rate", "0", "> 0"),
+    ("speller_size", "-1", "an integer >= 0 (0: off)"),
 ]
 
 
