@@ -42,6 +42,11 @@ def tiny_config(**overrides) -> PointerSentinelConfig:
     return PointerSentinelConfig(**kw)
 
 
+def finite(x: torch.Tensor) -> torch.Tensor:
+    """Generate's scores as forward's `logits` write them: -inf (transformers' processors' mark) as the lowest value."""
+    return x.clamp_min(torch.finfo(x.dtype).min)
+
+
 def tiny_model(seed=0, **overrides) -> PointerSentinelForCausalLM:
     torch.manual_seed(seed)
     return PointerSentinelForCausalLM(tiny_config(**overrides))

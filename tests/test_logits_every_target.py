@@ -137,3 +137,30 @@ def test_attention_that_underflows_in_float32_counts_in_logits_as_in_the_loss(gr
                                                window, targets, places)  # fmt: skip
         torch.testing.assert_close(logits[..., target], loss_side, atol=1e-5, rtol=1e-6)
         assert (loss_side > -170).all()  # the pointer's underflowing mass, not the gate's e^-400, is what counts
+
+
+ENTROPY_MODELS = {
+    "placeholders": dict(oov_slots=N, unk_token_id=UNK, pointer_window=5),
+    "plain, placeholders": dict(oov_slots=N, unk_token_id=UNK, use_pointer=False),
+    "spelled": dict(oov_slots=8, unk_token_id=UNK, pointer_window=5, speller_size=6),
+    "spelled, vocab_limit": dict(oov_slots=8, unk_token_id=UNK, pointer_window=5, speller_size=6, vocab_limit=13),
+}
+
+
+@pytest.mark.parametrize("kw", ENTROPY_MODELS.values(), ids=ENTROPY_MODELS.keys())
+def test_a_hand_written_entropy_of_logits_is_finite_and_cross_entropy_still_equals_the_loss(kw):
+    """Columns that cannot occur (unused placeholders, words inside a spelled word, cut words) hold the dtype's lowest
+    value, not -inf, so -(p * log p).sum() is finite in float32 at every position; their probability stays 0."""
+    model = tiny_model(**kw).eval()
+    ids = torch.tensor([[1, 2, V, 5, V + 1, 6, V, 7]]) if "speller_size" not in kw else torch.tensor(
+        [[1, 2, V + 97, V + 98, V + 256, 5, 6, V + 97, V + 98, V + 256, 7]])  # fmt: skip
+    with torch.no_grad():
+        out = model(ids, labels=ids)
+    logits = out.logits
+    assert logits.dtype == torch.float32
+    p, log_p = logits.softmax(-1), logits.log_softmax(-1)
+    entropy = -(p * log_p).sum(-1)
+    assert torch.isfinite(entropy).all() and (entropy >= 0).all(), entropy
+    assert (p == 0).any(), "no column that cannot occur: the case is not exercised"
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:])
+    torch.testing.assert_close(ce, out.loss, atol=1e-5, rtol=0)

@@ -53,8 +53,9 @@ with torch.no_grad():
 # the next unused slot, V+0 here, a new word's column, and generate never writes a new word)
 gaps = [(s - f[:, : s.shape[-1]])[s.isfinite()].abs().max().item() for s, f in zip(out.scores, forward)]
 result["decode_gap"] = max(gaps)
-result["uncopyable"] = all(s.shape[-1] == f.shape[-1] or (bool(f[:, s.shape[-1] + 1 :].isneginf().all())
-                               and bool(f[:, s.shape[-1]].isfinite().all())) for s, f in zip(out.scores, forward))
+lowest = torch.finfo(forward[0].dtype).min  # `logits` hold no -inf: an impossible column holds this
+result["uncopyable"] = all(s.shape[-1] == f.shape[-1] or (bool((f[:, s.shape[-1] + 1 :] == lowest).all())
+                               and bool((f[:, s.shape[-1]] > lowest).all())) for s, f in zip(out.scores, forward))
 if text_file:
     with (lzma.open if text_file.endswith(".xz") else open)(text_file, "rt", newline="") as f:
         ids = tok(f.read(), return_tensors="pt").input_ids[:, : n + 1]  # the file's text, as a client holds it

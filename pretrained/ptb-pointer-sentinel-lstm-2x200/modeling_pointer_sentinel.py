@@ -283,6 +283,12 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
+def _finite(logits: torch.Tensor | None) -> torch.Tensor | None:
+    """Columns that cannot occur hold the dtype's lowest value rather than -inf, as transformers' masks do: their
+    probability is still exactly 0, and a hand-written entropy, -(p * log p).sum(), stays finite."""
+    return None if logits is None else logits.clamp_min(torch.finfo(logits.dtype).min)
+
+
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, input_first: bool) -> torch.Tensor:
     """x W^T + b for W stored (out, in) as torch stores it, or x W + b for W stored input first, (in, out): the decode
     step's layout (`PackedWeights`)."""
@@ -1232,8 +1238,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             if split_state_at is not None or output_hidden_states:
                 raise ValueError("With the speller, forward takes no split_state_at or output_hidden_states.")
             out = self._spelled_forward(input_ids, attention_mask, cache, shift_labels, num_items_in_batch)
-            out.logits = slice_logits_to_keep(out.logits, logits_to_keep)  # every position is computed: bytes need
-            out.past_key_values = cache if (use_cache or past_key_values is not None) else None  # their word step
+            # every position is computed: bytes need their word step
+            out.logits = _finite(slice_logits_to_keep(out.logits, logits_to_keep))
+            out.past_key_values = cache if (use_cache or past_key_values is not None) else None
             return out if return_dict else out.to_tuple()
         base = self.model(input_ids, attention_mask, cache, True, output_hidden_states, return_dict=True,
                           split_state_at=split_state_at)  # fmt: skip
@@ -1250,7 +1257,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         L = self.config.pointer_window
         out = PointerSentinelCausalLMOutput(
             loss=None if loss is None else loss.loss,
-            logits=logits,
+            logits=_finite(logits),
             past_key_values=cache if (use_cache or past_key_values is not None) else None,
             hidden_states=base.hidden_states,
             vocab_logits=vocab_logits,
