@@ -136,11 +136,12 @@ SPELL_NAMES = ["window_spellings", "copy_log_mass", "new_log_mass", "speller_hid
 
 class SpelledWordGraph(torch.nn.Module):
     """`spelled_word_step` as a function of its state: the word's id and spelling, the word state and the window's
-    spellings in -> log p (B, V + 258), the word state and the whole speller state out."""
+    spellings in -> log p (B, V + 258), the word state and the whole speller state out. With `inspect` (a model with
+    a pointer) also the pointer's view of the step (`INSPECT_NAMES`), for a page that shows it (export_web.py)."""
 
-    def __init__(self, model):
+    def __init__(self, model, inspect: bool = False):
         super().__init__()
-        self.model = model
+        self.model, self.inspect = model, inspect and model.pointer is not None
 
     def forward(self, input_ids, spelling, *state):
         state = [t.clone() for t in state]
@@ -153,7 +154,13 @@ class SpelledWordGraph(torch.nn.Module):
                            spelling.clone(), h.new_zeros(B), h.new_zeros(B, SPELL_END + 2))  # fmt: skip
         log_p = spelled_word_step(self.model, pack_weights(self.model, input_first=False), s, spell, input_ids,
                                   spelling, few=False)  # fmt: skip
-        return (log_p, *state_tensors(s), *spell[1:])
+        if not self.inspect:
+            return (log_p, *state_tensors(s), *spell[1:])
+        # a over the window's ring (the step writes log a into the state) and g: the sentinel's softmax (and the
+        # switch's a, g) sum to 1, so g is what the window leaves; the page's vocabulary, pointer and speller parts
+        # follow from these, log p and the speller's outputs, as inspection.py splits them
+        attention = s.attention.exp()
+        return (log_p, *state_tensors(s), *spell[1:], attention, (1 - attention.sum(-1)).clamp(min=0))
 
 
 class SpelledByteGraph(torch.nn.Module):
@@ -171,11 +178,16 @@ class SpelledByteGraph(torch.nn.Module):
         return (log_p, *spell[4:])
 
 
-def spell_io_names(model) -> tuple[list[str], list[str], list[str], list[str]]:
+# The word graph's extra outputs with `inspect`: the attention a (B, L) over the window's ring and the gate g (B,).
+INSPECT_NAMES = ["attention", "gate"]
+
+
+def spell_io_names(model, inspect: bool = False) -> tuple[list[str], list[str], list[str], list[str]]:
     """The word graph's inputs and outputs, then the byte graph's."""
     state = io_names(model)[0][1:]
     word_in = ["input_ids", "spelling", *state, SPELL_NAMES[0]]
     word_out = ["log_probs", *(f"{s}.out" for s in state), *(f"{s}.out" for s in SPELL_NAMES)]
+    word_out += INSPECT_NAMES if inspect and model.pointer is not None else []
     return word_in, word_out, ["input_ids", *SPELL_NAMES], ["log_probs", *(f"{s}.out" for s in SPELL_NAMES[3:])]
 
 
@@ -214,16 +226,17 @@ def empty_state(model, batch: int) -> list[torch.Tensor]:
     return state_tensors(decode_state(cache))  # a fully padded call leaves the zero state and an empty window
 
 
-def export(model, path: Path):
-    """decode_step.onnx at `path`; with a speller the word step there and the byte step beside it (`spell_path`)."""
+def export(model, path: Path, inspect: bool = False):
+    """decode_step.onnx at `path`; with a speller the word step there and the byte step beside it (`spell_path`), the
+    word step with the pointer's view (`INSPECT_NAMES`) too if `inspect`."""
     batch = torch.export.Dim("batch", min=1)
     state = empty_state(model, 2)
     if not model.config.speller_size:
         graphs = [(DecodeStepGraph(model), path, (torch.tensor([1, 2]), *state), *io_names(model))]
     else:
-        word_in, word_out, byte_in, byte_out = spell_io_names(model)
+        word_in, word_out, byte_in, byte_out = spell_io_names(model, inspect)
         spell, V = empty_spell_state(model, 2), model.config.vocab_size
-        graphs = [(SpelledWordGraph(model), path, (torch.tensor([1, V]), spell[5].clone(), *state, spell[0]),
+        graphs = [(SpelledWordGraph(model, inspect), path, (torch.tensor([1, V]), spell[5].clone(), *state, spell[0]),
                    word_in, word_out),
                   (SpelledByteGraph(model), spell_path(path), (torch.tensor([V + 65, V + 66]), *spell), byte_in,
                    byte_out)]  # fmt: skip
@@ -395,9 +408,12 @@ def spelled_parity(model, runner: SpelledSteps, steps: int, prompt: list[int], s
             if i:
                 want = model._spelled_step(weights, state, spell, tokens[i])
             got = runner.step(tokens[i], row)
-            finite = torch.isfinite(want)
-            assert torch.equal(finite, torch.from_numpy(np.isfinite(got))), "ONNX and PyTorch differ in -inf entries"
-            worst = max(worst, float((torch.from_numpy(got) - want)[finite].abs().max()))
+            # forward (the first token) writes a column that cannot occur as the lowest float, the steps as -inf
+            lowest = torch.finfo(want.dtype).min
+            want, got = want.clamp_min(lowest), torch.from_numpy(got).clamp_min(lowest)
+            finite = want > lowest
+            assert torch.equal(finite, got > lowest), "ONNX and PyTorch differ in the columns that cannot occur"
+            worst = max(worst, float((got - want)[finite].abs().max()))
             if i + 1 == len(tokens):
                 p = want[0].double().exp().numpy()
                 p[suppress] = 0

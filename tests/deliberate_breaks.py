@@ -4759,6 +4759,85 @@ MUTS += [  # hardening part 4b: `logits` keep no -inf
         ["tests/test_logits_every_target.py::test_a_hand_written_entropy_of_logits_is_finite_and_cross_entropy_still_equals_the_loss"],
     ),
 ]
+MUTS += [  # issue 61: the pointer in any browser (examples/export_web.py, web/, tests/test_web_page.py)
+    (
+        "web page: the JS tokenizer reads \\w as ASCII",
+        "web/src/tokenizer.js",
+        r'const WORD = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";',
+        'const WORD = "A-Za-z0-9_";',
+        ["tests/test_web_page.py::test_the_js_tokenizer_gives_the_python_ids_on_2000_lines"],
+    ),
+    (
+        "web page: the runner forgets generation_config's suppressed tokens",
+        "web/src/runner.js",
+        "for (const t of this.suppress) scores[t] = -Infinity;",
+        "",
+        ["tests/test_web_page.py::test_greedy_tokens_gate_and_pointer_share_match_pytorch"],
+    ),
+    (
+        "web page: a spelled word gets a new slot each time (no copy)",
+        "web/src/runner.js",
+        'token = this.V + words.slot(spelling.join(","), this.N);',
+        "token = this.V + words.slot(String(Math.random()), this.N);",
+        ["tests/test_web_page.py::test_greedy_tokens_gate_and_pointer_share_match_pytorch"],
+    ),
+    (
+        "web page: the pointer share over the wrong total",
+        "web/src/runner.js",
+        "pointer_share: p > 0 ? parts.pointer / p : 0",
+        "pointer_share: p > 0 ? parts.pointer / (p + parts.vocabulary) : 0",
+        ["tests/test_web_page.py::test_greedy_tokens_gate_and_pointer_share_match_pytorch"],
+    ),
+    (
+        "web page: the exported gate is the window's mass",
+        "examples/export_onnx.py",
+        "return (log_p, *state_tensors(s), *spell[1:], attention, (1 - attention.sum(-1)).clamp(min=0))",
+        "return (log_p, *state_tensors(s), *spell[1:], attention, attention.sum(-1))",
+        ["tests/test_web_page.py::test_greedy_tokens_gate_and_pointer_share_match_pytorch"],
+    ),
+    (
+        "web page: sampling is greedy",
+        "web/src/runner.js",
+        "if (!sample) {",
+        "if (true) {",
+        ["tests/test_web_page.py::test_sampling_is_seeded_and_top_k_1_is_greedy"],
+    ),
+    (
+        "web page: the runtime's wasm from a CDN",
+        "web/src/app.js",
+        'ort.env.wasm.wasmPaths = new URL("./", import.meta.url).href;',
+        'ort.env.wasm.wasmPaths = "https://cdn.jsdelivr.net/npm/onnxruntime-web@1.30.0/dist/";',
+        ["tests/test_web_page.py::test_no_request_leaves_the_served_folder_and_the_page_works_offline"],
+    ),
+    (
+        "web page: the service worker keeps nothing at install",
+        "web/src/sw.js",
+        "event.waitUntil(caches.open(CACHE).then((cache) => cache.addAll(FILES)).then(() => self.skipWaiting()));",
+        "event.waitUntil(self.skipWaiting());",
+        ["tests/test_web_page.py::test_no_request_leaves_the_served_folder_and_the_page_works_offline"],
+    ),
+    (
+        "web page: an empty prompt is not refused",
+        "web/src/app.js",
+        'if (typeof prompt !== "string" || !prompt.trim())',
+        'if (typeof prompt !== "string")',
+        ["tests/test_web_page.py::test_bad_input_gets_a_message_in_the_page"],
+    ),
+    (
+        "web page: npm ci runs every export",
+        "examples/export_web.py",
+        "if any(installed(path) != version for path, version in wanted.items()):",
+        "if True:",
+        ["tests/test_web_page.py::test_npm_ci_is_skipped_while_node_modules_matches_the_lockfile"],
+    ),
+    (
+        "web page: a folder without a speller is not refused",
+        "examples/export_web.py",
+        'if not saved_config(folder).get("speller_size"):',
+        "if False:",
+        ["tests/test_web_page.py::test_export_web_refuses_bad_folders_in_one_line"],
+    ),
+]
 
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""

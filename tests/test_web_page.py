@@ -1,0 +1,338 @@
+"""examples/export_web.py's static site, served by `python -m http.server` and driven in Debian's Chromium by
+Playwright (never a browser download; .ci/run installs Chromium, Node.js and npm).
+
+One export of the smallest pointer folder (PTB, int8 and fp32) and one page for the whole module. In the page: the JS
+tokenizer's ids against the Python tokenizer's on 2,000 lines (both folders' text rules); greedy tokens against
+PyTorch's `generate`, and each word's pointer share and gate against examples/app.py's (`inspection.explain`), on the
+fp32 graphs; the page's own controls (a continuation, a word's moment, the bad-input messages); the request log (no
+request outside the served folder) and a reload offline. benchmarks/web.py runs the full 10 prompts x 50 words and
+times the page. `UPDATE_SCREENSHOT=1` writes the README's screenshot, results/web/screenshot.png.
+"""
+
+import importlib
+import json
+import lzma
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+CHROMIUM = Path("/usr/bin/chromium")
+FOLDER = "pretrained/ptb-pointer-sentinel-lstm-2x200"
+NAME = Path(FOLDER).name
+WT2 = "pretrained/wt2-pointer-sentinel-lstm-2x200"  # its tokenizer only: the WikiText rules
+# Prompts with words the vocabulary lacks (made-up names, spelled in bytes; several make the model copy them) and
+# numbers, accents and PTB's own form. The first three run in CI; benchmarks/web.py runs all ten.
+PROMPTS = [
+    "Tarrabee sold Brindlemoor in 1910 and Tarrabee bought the Quell . Tarrabee said the Quell",
+    "\nthe ship Kestrelwind sailed to norway . the Kestrelwind was sunk in 1940 . the",
+    "the company said that Zorblaxian met Quentrovia in new york . later Zorblaxian said",
+    "\nmr. Kestrelwind the chairman of Brindlemoor inc. said the company 's profit rose 5 %",
+    "the Quarrington river flows through Esselbrook . in 1850 the town of Esselbrook",
+    "\nshares of Merrowgate corp. fell . Merrowgate said it will sell Merrowgate shares . analysts said Merrowgate",
+    "\nZürich-based Nestlé said its café unit had sales of 3.5 billion francs",
+    "\nin tokyo the nikkei index of Qxlorp stocks rose 120 points to Qxlorp",
+    "\nmr. Vandersloot said the Vandersloot group would buy Ombrix inc. for $ 40 million . Ombrix",
+    "\nthe fda approved Zentravil a drug made by Pharmakon . Pharmakon said Zentravil",
+]
+CI_PROMPTS, WORDS = PROMPTS[:3], 50
+SCREENSHOT = ROOT / "results" / "web" / "screenshot.png"
+
+
+def require(module: str):
+    """The module, or a skip; under CI a missing one fails, so CI always runs these tests."""
+    if os.environ.get("CI") == "true":
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tokenizer_lines(wt2_tokenizer, n: int = 2000, seed: int = 0) -> list[str]:
+    """n lines for the tokenizers: WikiText-2 validation detokenized (the WikiText tokenizer's own decoding of the
+    bundled split), sentences with made-up names, accents, emoji, PTB-style text (WikiText lines lower-cased,
+    numbers as N, punctuation dropped: no PTB text is bundled), and edge cases (line breaks, a spelling token's
+    name, long words, URLs, unusual spaces)."""
+    rng = random.Random(seed)
+    path = ROOT / "modeling_pointer_sentinel" / "data" / "wikitext-2" / "wiki.valid.tokens.xz"
+    corpus = [x for x in lzma.open(path, "rt", encoding="utf-8").read().splitlines() if x.strip() and " = " not in x]
+    edge = ["", " ", "\n", "a\nb", "a\r\nb\rc", "x</w>y", "<0x41>", "ab<0x41>cd ef", "<eos> <unk> <eos>", "<unk>",
+            "don't won't can't", "d'Orsay's", "a -- b--c", "https://example.com/a_b?x=1 mail me@ex.co.uk",
+            "3.5% -5.5 1/2 1980s 190.58-point", "the U.S. and Mr. Smith", '"a breakout" hit', "N N n't", "$ 5 million",
+            "10:30 3 - 2", "(a) [b] {c}", "a" * 150, "é" * 40, "Zorblaxian" * 9, "\t tab\u00a0nbsp\u2003em\u2028ls",
+            "x\ufeffy"]  # fmt: skip
+    syllables = ["zor", "bla", "xi", "quen", "tro", "vi", "ka", "mel", "dra", "ess", "el", "brook", "qu", "ar", "wyn"]
+
+    def name():
+        return "".join(rng.choice(syllables) for _ in range(rng.randint(2, 4))).capitalize()
+
+    names = []
+    for _ in range(300):
+        a, b = name(), name()
+        share = f"{rng.randint(2, 99)}.{rng.randint(0, 9)}%"
+        names.append(rng.choice([f"{a} met {b} in {name()}. Later, {a} said {b}'s plan failed.",
+                                 f"The {a}-{b} treaty of 1,{rng.randint(100, 999)} ({a}) was signed.",
+                                 f'"{a}," said {b}, "is {share} done."']))  # fmt: skip
+    accented = ["café", "naïve", "Zürich", "São Paulo", "Dvořák", "Łódź", "Ærøskøbing", "Ångström", "crème brûlée",
+                "Nguyễn", "İstanbul", "ΣΟΦΙΑ", "Ὀδυσσεύς", "straße", "MÜNCHEN", "Kraków", "résumé", "Señor Peña",
+                "Þórr", "ﬁnance", "Ǆemal", "Москва", "東京", "e\u0301tude", "Ça va"]  # fmt: skip
+    accents = [" ".join(rng.sample(accented, rng.randint(2, 6))) + rng.choice([".", ",", "!", " 's", "'s"])
+               for _ in range(200)]  # fmt: skip
+    emoji = ["❤️", "🍕", "👩‍👩‍👧", "👍🏽", "🇳🇴", "😀", "🚀🚀", "✨", "☕", "🤖"]
+    emojis = [f"{name()} {rng.choice(emoji)} said {rng.choice(emoji)}{rng.choice(['', 'hi', ' ok', '!'])} "
+              f"{name()}{rng.choice(emoji)}" for _ in range(200)]  # fmt: skip
+    ptb = []
+    for x in corpus[-200:]:
+        x = re.sub(r"\d+(?:\s*@[.,]@\s*\d+)*", "N", x.lower())
+        ptb.append(" " + " ".join(re.sub(r"[^\w\s'$&-]| @-@ |@", " ", x).split()[:40]) + " ")
+    rest = n - len(edge) - len(names) - len(accents) - len(emojis) - len(ptb)
+    wiki = [wt2_tokenizer.decode(wt2_tokenizer(x)["input_ids"]) for x in corpus[:rest]]
+    return wiki + names + accents + emojis + ptb + edge
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site as a user builds it, plus what only the tests serve: the WikiText tokenizer's files and a model
+    entry whose word step is not an ONNX file."""
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "export_web.py"), str(ROOT / FOLDER), str(out),
+                           "--fp32"], env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    tokenizers = out / "tokenizers" / "wt2"
+    tokenizers.mkdir(parents=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / WT2 / f, tokenizers / f)
+    listing = json.loads((out / "models.json").read_text())
+    broken = shutil.copytree(out / "models" / NAME, out / "models" / "broken")
+    (broken / "decode_step.int8.onnx").write_bytes(b"not an ONNX file")
+    listing["models"].append({**listing["models"][0], "name": "broken", "path": "models/broken"})
+    (out / "models.json").write_text(json.dumps(listing))
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", "-d", str(site), "--bind", "127.0.0.1", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=5)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("http.server did not serve the site within 60 s")
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """One page for the module, and every URL it asked for."""
+    sync_api = require("playwright.sync_api")
+    if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("/usr/bin/chromium is missing: .ci/run installs it")
+        pytest.skip("no /usr/bin/chromium (apt-get install -y chromium)")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        context = chromium.new_context(viewport={"width": 1100, "height": 1000})
+        page, requests, errors = context.new_page(), [], []
+        context.on("request", lambda r: requests.append(r.url))  # the service worker's fetches too
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server)
+        page.wait_for_function("document.body.dataset.state !== 'loading'", timeout=60_000)
+        try:
+            yield page, context, requests, errors
+        finally:
+            chromium.close()
+
+
+def generate(page, prompt: str, words: int, precision: str = "fp32") -> dict:
+    return page.evaluate(
+        """async ([model, precision, prompt, maxWords]) => {
+            const r = await window.pointerPage.generate({model, precision, prompt, maxWords});
+            return {tokens: r.tokens, words: r.words.map((w) => ({word: w.word, kind: w.kind, gate: w.gate,
+                    share: w.pointer_share, probability: w.probability}))};
+        }""",
+        [NAME, precision, prompt, words],
+    )
+
+
+def test_the_js_tokenizer_gives_the_python_ids_on_2000_lines(browser):
+    """Both text rules (PTB's folder, WikiText's tokenizer): each line's ids, and the text those ids decode to."""
+    from transformers import AutoTokenizer
+
+    page = browser[0]
+    folders = {f"models/{NAME}": ROOT / FOLDER, "tokenizers/wt2": ROOT / WT2}
+    tokenizers = {d: AutoTokenizer.from_pretrained(str(f), trust_remote_code=True) for d, f in folders.items()}
+    lines = tokenizer_lines(tokenizers["tokenizers/wt2"])
+    assert len(lines) == 2000
+    for folder, tok in tokenizers.items():
+        want = tok(lines, add_special_tokens=False)["input_ids"]
+        got = page.evaluate(
+            """async ([dir, lines, ids]) => {
+                const tok = await window.pointerPage.loadTokenizer(dir);
+                return {ids: lines.map((x) => tok.encode(x)), text: ids.map((i) => tok.decode(i))};
+            }""",
+            [folder, lines, want],
+        )
+        wrong = [(line, a, b) for line, a, b in zip(lines, got["ids"], want, strict=True) if a != b]
+        assert not wrong, f"{folder}: {len(wrong)} lines differ, e.g. {wrong[0]}"
+        text = [tok.decode(ids) for ids in want]
+        wrong = [(a, b) for a, b in zip(got["text"], text, strict=True) if a != b]
+        assert not wrong, f"{folder}: {len(wrong)} decodings differ, e.g. {wrong[0]}"
+
+
+def test_greedy_tokens_gate_and_pointer_share_match_pytorch(browser):
+    """On the fp32 graphs, 50 words after each CI prompt: the page's tokens are generate's (examples/app.py's
+    continuation, PyTorch's `generate` greedy), and each word's gate and pointer share are app.py's, from
+    `inspection.explain`, to 1e-3. The prompts make the model copy a spelled word, so that path is checked too."""
+    require("gradio")
+    sys.path.insert(0, str(ROOT / "examples"))
+    import app
+
+    models, kinds = app.Models(), set()
+    for prompt in CI_PROMPTS:
+        got = generate(browser[0], prompt, WORDS)
+        assert len(got["words"]) == WORDS
+        *_, (_, want, _, _) = app.generate_words(models, FOLDER, prompt, mode="greedy",
+                                                 max_new_tokens=len(got["tokens"]))  # fmt: skip
+        assert got["tokens"] == [i for w in want for i in w["ids"]], prompt
+        for mine, theirs in zip(got["words"], want, strict=True):
+            assert mine["word"] == theirs["word"]
+            assert abs(mine["gate"] - theirs["gate"]) < 1e-3, (prompt, mine, theirs["gate"])
+            assert abs(mine["share"] - theirs["pointer_share"]) < 1e-3, (prompt, mine, theirs["pointer_share"])
+        kinds |= {w["kind"] for w in got["words"]}
+    assert "copy" in kinds, kinds
+
+
+def test_sampling_is_seeded_and_top_k_1_is_greedy(browser):
+    """Top-k sampling in the page: a seed gives the same continuation again, another seed another one, and top-k 1
+    (the one most probable token) gives the greedy continuation."""
+    runs = browser[0].evaluate(
+        """async ([model, prompt]) => {
+            const go = (o) => window.pointerPage.generate({model, prompt, maxWords: 20, ...o}).then((r) => r.tokens);
+            return [await go({sample: true, topK: 40, seed: 7}), await go({sample: true, topK: 40, seed: 7}),
+                    await go({sample: true, topK: 40, seed: 8}), await go({sample: true, topK: 1, seed: 9}),
+                    await go({})];
+        }""",
+        [NAME, CI_PROMPTS[1]],
+    )
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    assert runs[3] == runs[4]
+
+
+def test_the_page_streams_a_continuation_and_shows_a_words_moment(browser):
+    """The page's own controls: a prompt with unseen names, a greedy continuation coloured word by word, then a
+    copied word's moment (its window coloured by attention, the gate, the top next words and their parts)."""
+    page = browser[0]
+    page.fill("#prompt", CI_PROMPTS[0])
+    page.select_option("#mode", "greedy")
+    page.fill("#max-words", "25")
+    page.click("#generate")
+    page.wait_for_function("document.body.dataset.state === 'done'", timeout=120_000)
+    words = page.locator("#output .word")
+    assert words.count() == 25 and page.inner_text("#message") == ""
+    assert "words/s" in page.inner_text("#speed")
+    copied = page.locator("#output .word.copy")
+    assert copied.count() > 0, page.inner_text("#output")
+    copied.first.click()
+    page.wait_for_selector("#moment:not([hidden]) #top tbody tr")
+    gate = float(page.inner_text("#gate"))
+    assert 0 <= gate <= 1
+    assert page.locator("#window span").count() > 10
+    rows = page.locator("#top tbody tr")
+    assert rows.count() == 10
+    cells = [c.split("\t") for c in page.locator("#top tbody tr").all_inner_texts()]
+    assert any(float(c[3]) > 0 for c in cells), cells  # the copied word's pointer part
+    if os.environ.get("UPDATE_SCREENSHOT") == "1":
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+def test_bad_input_gets_a_message_in_the_page(browser):
+    """An empty prompt, a prompt over the limit and a model file that fails to load: a message in the page, never
+    an exception; then the page generates again."""
+    page = browser[0]
+
+    def message_after(prompt: str, model: str | None = None) -> str:
+        page.fill("#prompt", prompt)
+        if model:
+            page.select_option("#model", model)
+        page.click("#generate")
+        page.wait_for_function("['done', 'error'].includes(document.body.dataset.state)", timeout=60_000)
+        return page.inner_text("#message")
+
+    page.evaluate("document.body.dataset.state = 'busy'")
+    assert message_after("   ").startswith("The prompt is empty")
+    page.evaluate("document.body.dataset.state = 'busy'")
+    assert "the page takes at most 1,000" in message_after("word " * 1001)
+    page.evaluate("document.body.dataset.state = 'busy'")
+    assert "failed to load" in message_after("the company said", "broken|int8")
+    page.evaluate("document.body.dataset.state = 'busy'")
+    page.fill("#max-words", "3")
+    assert message_after("the company said", f"{NAME}|int8") == ""
+    assert page.locator("#output .word").count() == 3
+    assert not browser[3], browser[3]  # no uncaught exception in the page
+
+
+def test_no_request_leaves_the_served_folder_and_the_page_works_offline(browser, server):
+    """Every request the page made (its service worker's included) is for the served folder; once the service worker
+    holds the site, a reload with the network off still loads and generates."""
+    page, context, requests, _ = browser
+    assert requests and all(u.startswith(server) for u in requests), [u for u in requests if not u.startswith(server)]
+    page.evaluate("navigator.serviceWorker.ready.then(() => true)")
+    context.set_offline(True)
+    try:
+        page.reload()
+        page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+        got = generate(page, "the company said", 3, "int8")
+        assert len(got["words"]) == 3
+    finally:
+        context.set_offline(False)
+
+
+def test_export_web_refuses_bad_folders_in_one_line(tmp_path):
+    """A path that is no model folder, and a folder without a speller: one `export_web.py: error:` line, exit 2,
+    before torch is loaded."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"model_type": "pointer_sentinel_lstm", "speller_size": 0}))
+    for folder, says in ((tmp_path / "missing", "not a model folder"), (plain, "this one has none")):
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "export_web.py"), str(folder),
+                               str(tmp_path / "out")], capture_output=True, text=True, timeout=120)  # fmt: skip
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and says in lines[0], done.stderr
+        assert lines[0].startswith("export_web.py: error:")
+
+
+def test_npm_ci_is_skipped_while_node_modules_matches_the_lockfile(site, monkeypatch):
+    """After the site's export, web/node_modules holds the locked versions: the next export runs no npm (here npm
+    cannot be found, which would be an error if it were run) and finds the runtime's three files."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    import export_web
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    dist = export_web.npm_ci()
+    assert all((dist / f).is_file() for f in export_web.ORT_FILES)

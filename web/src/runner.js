@@ -1,0 +1,303 @@
+// The exported decode step on ONNX Runtime Web: examples/onnx_generate.py's `SpelledSteps` and decoding loop in JS.
+// A folder with a speller has two graphs: the word step (a vocabulary id, or `</w>` read as its spelled word's slot
+// V + k) and the byte step inside a word; the row's word in progress and its slots are kept here, as the model's
+// `SpelledRow` keeps them. The word step also gives the pointer's view (attention over the window's ring, gate g),
+// from which `record` and `moment` split each word's probability as modeling_pointer_sentinel/inspection.py does.
+
+import { Tokenizer } from "./tokenizer.js";
+
+export const SPELL_END = 256, SPELL_CONT = 257, SPELL_SYMBOLS = 258;
+export const NEW_WORD = "(a new word)";
+const TOP_K = 10;
+
+async function fetchBytes(url, what) {
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (e) {
+    throw new Error(`${what} (${url}) could not be fetched: ${e.message}`);
+  }
+  if (!response.ok) throw new Error(`${what} (${url}) could not be fetched: HTTP ${response.status}`);
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+export async function fetchJson(url, what) {
+  const bytes = await fetchBytes(url, what);
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (e) {
+    throw new Error(`${what} (${url}) is not valid JSON: ${e.message}`);
+  }
+}
+
+/** The row's spelled words (the model's `SpelledRow`): each distinct word's slot, reused once its word is the least
+ * recent, and the word in progress. */
+class SpelledWords {
+  constructor() {
+    this.slots = new Map(); // spelling (symbols joined by ",") -> slot
+    this.lastSeen = new Map(); // slot -> clock
+    this.word = [];
+    this.clock = 0;
+  }
+  slot(key, n) {
+    let k = this.slots.get(key);
+    if (k === undefined) {
+      if (this.slots.size < n) k = this.slots.size;
+      else {
+        k = [...this.lastSeen].reduce((a, b) => (b[1] < a[1] ? b : a))[0];
+        for (const [w, j] of this.slots) if (j === k) { this.slots.delete(w); break; }
+      }
+      this.slots.set(key, k);
+    }
+    this.lastSeen.set(k, this.clock++);
+    return k;
+  }
+}
+
+export class Model {
+  /** A model of the site's models.json: its tokenizer, start state and the two sessions (`precision`: int8 or fp32). */
+  static async load(ort, base, entry, precision) {
+    const m = new Model();
+    m.ort = ort;
+    m.entry = entry;
+    m.precision = precision;
+    const dir = `${base}${entry.path}/`;
+    const [tokJson, tokConfig, start] = await Promise.all([
+      fetchJson(dir + "tokenizer.json", "the tokenizer"),
+      fetchJson(dir + "tokenizer_config.json", "the tokenizer's configuration"),
+      fetchJson(dir + "start.json", "the start state"),
+    ]);
+    m.tokenizer = new Tokenizer(tokJson, tokConfig);
+    const files = entry.files[precision];
+    if (!files) throw new Error(`${entry.name} was exported without ${precision} graphs`);
+    // the word step, the byte step and the weights they share (ONNX external data, named in each graph)
+    const [word, byte, weights] = await Promise.all(files.map((f) => fetchBytes(dir + f, "the model file")));
+    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+      externalData: [{ path: files[2], data: weights }] };
+    try {
+      m.word = await ort.InferenceSession.create(word, options);
+      m.byte = await ort.InferenceSession.create(byte, options);
+    } catch (e) {
+      throw new Error(`the model file of ${entry.name} failed to load: ${String(e.message || e).split("\n")[0]}`);
+    }
+    m.V = entry.vocab_size;
+    m.N = entry.oov_slots;
+    m.L = entry.pointer_window;
+    m.K = entry.copied_symbols;
+    m.pointer = entry.use_pointer;
+    m.suppress = entry.suppress_tokens;
+    m.start = start;
+    return m;
+  }
+
+  tensor(spec) {
+    const n = spec.dims.reduce((a, b) => a * b, 1);
+    if (spec.type === "int64") {
+      const data = new BigInt64Array(n);
+      if (spec.data) spec.data.forEach((v, i) => (data[i] = BigInt(v)));
+      else data.fill(BigInt(spec.fill));
+      return new this.ort.Tensor("int64", data, spec.dims);
+    }
+    const data = spec.type === "bool" ? new Uint8Array(n) : new Float32Array(n);
+    if (spec.data) data.set(spec.data.map((v) => (v === null ? -Infinity : Number(v))));
+    else data.fill(spec.fill === null ? -Infinity : Number(spec.fill));
+    return new this.ort.Tensor(spec.type, data, spec.dims);
+  }
+
+  /** The state before the first token: one row's tensors by input name, and its spelled words. */
+  empty() {
+    const state = {};
+    for (const [name, spec] of Object.entries(this.start)) state[name] = this.tensor(spec);
+    return { tensors: state, words: new SpelledWords(), moment: null, steps: 0 };
+  }
+
+  ids(values) {
+    return new this.ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), [values.length]);
+  }
+
+  /** One token of the row: log p (Float32Array, V + 258) of the next; `row` updated. A word step leaves the
+   * pointer's view in `row.moment`. */
+  async step(token, row) {
+    const s = token - this.V, words = row.words;
+    let session, feed;
+    if (s >= 0 && s < SPELL_SYMBOLS && s !== SPELL_END) {
+      if (s === SPELL_CONT && (!words.word.length || words.word[words.word.length - 1] === SPELL_CONT))
+        throw new Error("`<+w>` must follow a spelled byte.");
+      words.word.push(s);
+      session = this.byte;
+      feed = { input_ids: this.ids([token]) };
+    } else {
+      let spelling = [];
+      if (s === SPELL_END) {
+        if (!words.word.length || words.word[words.word.length - 1] === SPELL_CONT)
+          throw new Error("`</w>` must close a spelled word: it follows no byte here.");
+        spelling = [...words.word, SPELL_END];
+        words.word = [];
+        token = this.V + words.slot(spelling.join(","), this.N);
+      } else if (words.word.length) throw new Error("A spelled word must end with `</w>` before the next word.");
+      const kept = new BigInt64Array(this.K).fill(-1n); // a word too long to copy is spelled, never copied
+      if (spelling.length <= this.K) spelling.forEach((v, i) => (kept[i] = BigInt(v)));
+      session = this.word;
+      feed = { input_ids: this.ids([token]), spelling: new this.ort.Tensor("int64", kept, [1, this.K]) };
+    }
+    for (const name of session.inputNames) if (!(name in feed)) feed[name] = row.tensors[name];
+    const out = await session.run(feed);
+    for (const name of session.outputNames.slice(1)) {
+      const key = name.endsWith(".out") ? name.slice(0, -4) : name;
+      row.tensors[key] = out[name];
+    }
+    const logP = out[session.outputNames[0]].data;
+    if (session === this.word) {
+      row.steps += 1;
+      row.moment = this.snapshot(row, logP);
+    }
+    return logP;
+  }
+
+  /** What a word step leaves for the word after it: log p, the pointer's view, the window's spelled words and the
+   * speller's state (for the spelled candidates' p_spell). */
+  snapshot(row, logP) {
+    const t = row.tensors;
+    return {
+      logP,
+      step: row.steps - 1,
+      attention: this.pointer ? t.attention.data : null,
+      gate: this.pointer ? t.gate.data[0] : 1,
+      windowIds: this.pointer ? t.window_ids.data : null,
+      windowValid: this.pointer ? t.window_valid.data : null,
+      spellings: t.window_spellings.data,
+      logCopy: t.copy_log_mass.data,
+      logNew: t.new_log_mass.data[0],
+      speller: Object.fromEntries(this.byte.inputNames.filter((n) => n !== "input_ids").map((n) => [n, t[n]])),
+    };
+  }
+
+  /** The pointer's mass on word id `w` in a moment's window. */
+  pointerMass(m, w) {
+    if (!this.pointer) return 0;
+    let mass = 0;
+    for (let i = 0; i < this.L; i++) if (m.windowValid[i] && Number(m.windowIds[i]) === w) mass += m.attention[i];
+    return mass;
+  }
+
+  /** A word written after moment `m` as the page shows it (app.py's `Reading.record`): its probability (its tokens'
+   * log p summed), the vocabulary, pointer and speller parts, the pointer's share and the gate. `spelling`: the
+   * symbols of a spelled word (bytes, `</w>`), `slot`: the slot its spelling held before it (undefined: new);
+   * `logSpell`: log p_spell of its spelling. */
+  record(m, token, logProb, spelling, slot, logSpell) {
+    const p = Math.exp(logProb);
+    let parts, kind;
+    if (spelling) {
+      let copied = 0, pointer = 0;
+      if (slot !== undefined && this.pointer)
+        for (let i = 0; i < this.L; i++)
+          if (Number(m.windowIds[i]) === this.V + slot && m.logCopy[i] > -Infinity) {
+            copied += Math.exp(m.logCopy[i]);
+            pointer += m.attention[i];
+          }
+      kind = copied > 0 ? "copy" : "new";
+      parts = { vocabulary: copied - pointer, pointer, speller: Math.exp(m.logNew + logSpell) };
+    } else {
+      const pointer = this.pointerMass(m, token);
+      kind = "vocabulary";
+      parts = { vocabulary: p - pointer, pointer, speller: 0 };
+    }
+    return { probability: p, kind, ...parts, pointer_share: p > 0 ? parts.pointer / p : 0, gate: m.gate };
+  }
+
+  /** log p_spell of `symbols` (bytes, then `</w>`) from a moment's speller state: the byte step over its bytes. */
+  async logSpell(m, symbols) {
+    let next = m.speller.next_log_probs.data, total = 0;
+    const tensors = { ...m.speller };
+    for (const s of symbols) {
+      total += next[s];
+      if (s === SPELL_END) break;
+      const out = await this.byte.run({ ...tensors, input_ids: this.ids([this.V + s]) });
+      for (const name of this.byte.outputNames.slice(1)) tensors[name.slice(0, -4)] = out[name];
+      next = tensors.next_log_probs.data;
+    }
+    return total;
+  }
+
+  /** The moment view (app.py's `Reading.moment`): the gate and the top next words split into vocabulary, pointer
+   * and speller parts, the spelled words the window holds and the speller's new word among them. */
+  async top(m) {
+    const rows = [], V = this.V;
+    const best = [];
+    for (let w = 0; w < V; w++) {
+      const lp = m.logP[w];
+      if (best.length < TOP_K || lp > best[best.length - 1][1]) {
+        best.push([w, lp]);
+        best.sort((a, b) => b[1] - a[1]);
+        if (best.length > TOP_K) best.pop();
+      }
+    }
+    for (const [w] of best) {
+      const p = Math.exp(m.logP[w]), pointer = this.pointerMass(m, w);
+      rows.push({ id: w, probability: p, vocabulary: p - pointer, pointer, speller: 0 });
+    }
+    if (this.pointer) {
+      const seen = new Map(); // slot id -> spelling
+      for (let i = 0; i < this.L; i++) {
+        const w = Number(m.windowIds[i]);
+        if (w >= V && m.logCopy[i] > -Infinity && m.spellings[i * this.K] >= 0n && !seen.has(w)) {
+          const s = [];
+          for (let k = 0; k < this.K && m.spellings[i * this.K + k] >= 0n; k++) s.push(Number(m.spellings[i * this.K + k]));
+          seen.set(w, s);
+        }
+      }
+      let listed = 0;
+      for (const [w, s] of seen) {
+        const logSpell = await this.logSpell(m, s);
+        listed += Math.exp(logSpell);
+        let copied = 0, pointer = 0;
+        for (let i = 0; i < this.L; i++)
+          if (Number(m.windowIds[i]) === w && m.logCopy[i] > -Infinity) { copied += Math.exp(m.logCopy[i]); pointer += m.attention[i]; }
+        const speller = Math.exp(m.logNew + logSpell);
+        rows.push({ spelling: s, probability: copied + speller, vocabulary: copied - pointer, pointer, speller });
+      }
+      const fresh = Math.exp(m.logNew) * Math.max(1 - listed, 0);
+      rows.push({ spelling: null, probability: fresh, vocabulary: 0, pointer: 0, speller: fresh });
+    } else {
+      const fresh = Math.exp(m.logNew);
+      rows.push({ spelling: null, probability: fresh, vocabulary: 0, pointer: 0, speller: fresh });
+    }
+    return rows.sort((a, b) => b.probability - a.probability).slice(0, TOP_K);
+  }
+
+  /** The next token from log p: greedy (argmax, the first of ties, as numpy's), or sampled (temperature, then
+   * top-k) with `random` (a seeded generator); generation_config's suppressed tokens never. */
+  choose(logP, { sample = false, temperature = 1, topK = 0, random = Math.random } = {}) {
+    const scores = Float64Array.from(logP);
+    for (const t of this.suppress) scores[t] = -Infinity;
+    if (!sample) {
+      let best = 0;
+      for (let i = 1; i < scores.length; i++) if (scores[i] > scores[best]) best = i;
+      return best;
+    }
+    for (let i = 0; i < scores.length; i++) scores[i] /= temperature;
+    if (topK > 0 && topK < scores.length) {
+      const kth = Float64Array.from(scores).sort()[scores.length - topK];
+      for (let i = 0; i < scores.length; i++) if (scores[i] < kth) scores[i] = -Infinity;
+    }
+    let max = -Infinity, total = 0;
+    for (const s of scores) max = Math.max(max, s);
+    const p = scores.map((s) => Math.exp(s - max));
+    for (const x of p) total += x;
+    let u = random() * total;
+    for (let i = 0; i < p.length; i++) if ((u -= p[i]) < 0 && p[i] > 0) return i;
+    return p.findLastIndex((x) => x > 0);
+  }
+}
+
+/** A seeded uniform generator in [0, 1) (mulberry32): the same seed gives the same sample in any browser. */
+export function seeded(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
