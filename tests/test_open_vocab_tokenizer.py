@@ -76,8 +76,9 @@ def corpus(dataset: str, split: str) -> str | None:
 
 @pytest.mark.parametrize("dataset", ["wt2", "ptb"])
 def test_corpus_text_keeps_todays_ids(dataset):
-    """The data code and a client's tokenizer(text) give exactly the ids recorded before the open vocabulary, on every
-    split; the plain and pointer folders of a dataset ship the same tokenizer."""
+    """The data code gives exactly the ids recorded before the open vocabulary on every split, and a client's
+    tokenizer(text) on the evaluation splits (the training split's 2M words once suffice: CI's time); the plain and
+    pointer folders of a dataset ship the same tokenizer."""
     folder = {"wt2": WT2, "ptb": PTB}[dataset]
     twin = PRETRAINED / folder.name.replace("pointer-sentinel-lstm", "lstm")
     assert (folder / "tokenizer.json").read_bytes() == (twin / "tokenizer.json").read_bytes()
@@ -88,6 +89,8 @@ def test_corpus_text_keeps_todays_ids(dataset):
         if text is None:
             pytest.skip("PTB is not beside this checkout")
         assert digest(encode_lines(tok, text.splitlines())) == want, split
+        if split == "train":
+            continue
         enc = tok(text)
         assert digest(enc["input_ids"]) == want, split  # every word of the corpus is in its vocabulary: none spelled
 
