@@ -11,8 +11,11 @@ next words split into vocabulary, pointer and speller (new-word) parts; the fold
 continues the same prompt with the same settings beside it. Score: per-word surprisal and pointer share of a pasted
 or uploaded text, its word perplexity, unseen-word rate and the words where the pointer helped most (against the same
 model with the pointer off). Every number comes from `modeling_pointer_sentinel.inspection` over the model's own
-outputs. The API (`gradio_client`) has `/generate` and `/score`, which return those numbers as JSON. Bad input gets
-a message, never a stack trace.
+outputs. The API (`gradio_client`) has `/generate` and `/score`, which return those numbers as JSON, and
+`/generate_stream`, which yields each whole word as it is written, then /generate's answer (`max_new_words` ends a
+continuation at that many words). Decoding defaults to top-k 40 sampling (seed 0), the shipped generation_config.json's
+choice (examples/repetition.py). Up to --concurrency requests (default 4) run at once, each sampling from a generator
+of its own; the rest wait in Gradio's queue. Bad input gets a message, never a stack trace.
 """
 
 import html
@@ -23,6 +26,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +38,12 @@ from cli import ArgumentParser, check_model_folder, check_ranges, describe_range
 PRETRAINED = ROOT / "pretrained"
 DEFAULT_MODEL, DEFAULT_PLAIN = "pretrained/wt2-pointer-sentinel-lstm-2x200", "pretrained/wt2-lstm-2x200"
 # Gradio binds the port it is given and names it in its URL: 0 would not mean "any free port" there
-RANGES = [("--port", lambda v: 1 <= v <= 65535, "in [1, 65535]"), ("--num_threads", non_negative, ">= 0")]
+RANGES = [("--port", lambda v: 1 <= v <= 65535, "in [1, 65535]"), ("--num_threads", non_negative, ">= 0"),
+          ("--concurrency", lambda v: 1 <= v <= 64, "in [1, 64]")]  # fmt: skip
+# Requests that run the model at once (Gradio's queue; the rest wait their turn): a request's work is many small
+# steps that hold the GIL, so on 2 cores more at once share the same CPU; several at once let each start at once
+# (its first word) rather than after every request before it (benchmarks/load.py)
+CONCURRENCY = 4
 
 
 def parse_args(argv=None):
@@ -48,6 +57,12 @@ def parse_args(argv=None):
         type=int,
         default=1 if (os.cpu_count() or 1) <= 4 else 0,
         help="torch threads (0: torch's default; 1 on a machine of up to 4 cores)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help="requests that run the model at once; the rest wait in Gradio's queue (default %(default)s)",
     )
     describe_ranges(parser, RANGES)
     args = parser.parse_args(argv)
@@ -64,6 +79,13 @@ if __name__ == "__main__":  # a mistaken command line fails here, before the imp
 import gradio as gr  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from transformers.generation.logits_process import (  # noqa: E402
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 
 from modeling_pointer_sentinel.inspection import (  # noqa: E402
@@ -80,6 +102,10 @@ from modeling_pointer_sentinel.inspection import (  # noqa: E402
 
 PROMPT = "\nThe Quarrington River flows through Esselbrook. In 1850, the town of Esselbrook"
 MODES = ["greedy", "sample", "beam"]
+# The default decoding, the shipped generation_config.json's: chosen by examples/repetition.py on validation prompts
+# (results/repetition/): greedy loops ("the Quarrington of the Quarrington of ..."); top-k 40 sampling repeats 4-grams
+# about as often as the human text does, and the pointer still copies names
+DEFAULT_MODE, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P = "sample", 1.0, 40, 1.0
 MAX_NEW_TOKENS, MAX_PROMPT_WORDS, MAX_SCORE_WORDS, MAX_UPLOAD_BYTES = 200, 1000, 5000, 2_000_000
 TOP_K, CHUNK, COPIED = 10, 256, 0.5  # a word is copied when the pointer gave at least half its probability
 MAX_SEED = 2**32 - 1
@@ -343,22 +369,24 @@ def log_spell_of(reading: Reading, m: Moments, rows: list[int], words: list[int]
 # ---- generate -----------------------------------------------------------------------------------------------------
 
 
-def generation_settings(mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed) -> tuple[dict, int]:
-    """generate's settings and the seed, or InputError naming the first out of range. Every field is checked, the
-    ones the mode does not read too: an empty field (None), a fraction where a whole number belongs or a number out of
-    range is a message, never cut to fit."""
+def number(name, value, lo, hi, integer=False):
+    """A field's value in [lo, hi] (a whole number with `integer`), or InputError: an empty field (None), a fraction
+    where a whole number belongs or a number out of range is a message, never cut to fit."""
+    kind = "a whole number" if integer else "a number"
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise InputError(f"{name} is empty: give {kind} in [{lo:,}, {hi:,}].")
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"{name} must be {kind} in [{lo:,}, {hi:,}], got {value!r}.") from None
+    if not (lo <= v <= hi) or (integer and v != int(v)):
+        raise InputError(f"{name} must be {kind} in [{lo:,}, {hi:,}], got {value!r}.")
+    return int(v) if integer else v
 
-    def number(name, value, lo, hi, integer=False):
-        kind = "a whole number" if integer else "a number"
-        if value is None or (isinstance(value, str) and not value.strip()):
-            raise InputError(f"{name} is empty: give {kind} in [{lo:,}, {hi:,}].")
-        try:
-            v = float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise InputError(f"{name} must be {kind} in [{lo:,}, {hi:,}], got {value!r}.") from None
-        if not (lo <= v <= hi) or (integer and v != int(v)):
-            raise InputError(f"{name} must be {kind} in [{lo:,}, {hi:,}], got {value!r}.")
-        return int(v) if integer else v
+
+def generation_settings(mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed) -> tuple[dict, int]:
+    """generate's settings and the seed, or InputError naming the first out of range (`number`). Every field is
+    checked, the ones the mode does not read too."""
 
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
@@ -369,7 +397,7 @@ def generation_settings(mode, max_new_tokens, temperature, top_k, top_p, num_bea
         "top_p": number("top_p", top_p, 0.01, 1),
     }
     beams = number("num_beams", num_beams, 2, 16, integer=True)
-    seed = number("seed", seed, 0, MAX_SEED, integer=True)  # torch.manual_seed takes at most 2**64 - 1
+    seed = number("seed", seed, 0, MAX_SEED, integer=True)  # a torch.Generator's seed is at most 2**64 - 1
     if mode == "sample":
         kwargs |= {"do_sample": True, **sampling}
     else:
@@ -388,13 +416,20 @@ def check_prompt(prompt) -> str:
     return prompt
 
 
+class _Closed(Exception):
+    """Raised in generate's thread once its tokens' reader has gone: generate stops at its next token."""
+
+
 class _TokenQueue(BaseStreamer):
-    """generate's streamer: each new token into a queue, None at the end (the first put is the prompt)."""
+    """generate's streamer: each new token into a queue, None at the end (the first put is the prompt); once `closed`
+    is set, the next token ends generate (`_Closed`)."""
 
     def __init__(self):
-        self.queue, self.prompt = queue.Queue(), True
+        self.queue, self.prompt, self.closed = queue.Queue(), True, threading.Event()
 
     def put(self, value):
+        if self.closed.is_set():
+            raise _Closed
         if self.prompt:
             self.prompt = False
         else:
@@ -405,11 +440,37 @@ class _TokenQueue(BaseStreamer):
         self.queue.put(None)
 
 
+class _Draw(LogitsProcessor):
+    """Sampling from a generator of the request's own, last among the processors: the token drawn from the softmax of
+    the scores so far (as generate's sampling draws it), every other -inf, so that generate's greedy step takes it.
+    The queue runs requests at once, and torch's global generator would mix their draws: each request's own gives the
+    tokens that `torch.manual_seed(seed)` and `do_sample=True` give alone."""
+
+    def __init__(self, seed: int):
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __call__(self, input_ids, scores):
+        token = torch.multinomial(torch.softmax(scores, -1), num_samples=1, generator=self.generator)
+        return torch.full_like(scores, -torch.inf).scatter_(-1, token, 0.0)
+
+
+def seeded(kwargs: dict, seed: int) -> dict:
+    """generate's settings with sampling drawn from a generator seeded with `seed` (`_Draw`): its warpers, in the
+    order and with the off values of transformers' own, before the draw."""
+    if not kwargs.get("do_sample"):
+        return kwargs
+    kwargs = dict(kwargs)
+    temperature, top_k, top_p = (kwargs.pop(k) for k in ("temperature", "top_k", "top_p"))
+    warpers = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
+    warpers += [TopKLogitsWarper(top_k)] if top_k else []
+    warpers += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []
+    return {**kwargs, "do_sample": False, "logits_processor": LogitsProcessorList([*warpers, _Draw(seed)])}
+
+
 def new_tokens(model, ids: torch.Tensor, kwargs: dict, seed: int):
     """The continuation's tokens as generate writes them (greedy, sampling), or all at its end (beam search, which
     takes no streamer)."""
-    torch.manual_seed(seed)  # the queue runs one generation at a time, so the global generator is this one's
-    args = dict(input_ids=ids[None], attention_mask=torch.ones_like(ids)[None], **kwargs)
+    args = dict(input_ids=ids[None], attention_mask=torch.ones_like(ids)[None], **seeded(kwargs, seed))
     if kwargs.get("num_beams", 1) > 1:
         yield from model.generate(**args)[0, len(ids) :].tolist()
         return
@@ -418,14 +479,19 @@ def new_tokens(model, ids: torch.Tensor, kwargs: dict, seed: int):
     def run():
         try:
             model.generate(**args, streamer=streamer)
+        except _Closed:
+            streamer.end()
         except Exception as e:  # handed to the page's thread, which reports it
             failed.append(e)
             streamer.end()
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    while (t := streamer.queue.get()) is not None:
-        yield t
+    try:
+        while (t := streamer.queue.get()) is not None:
+            yield t
+    finally:  # read to the end, or left early (a word limit, a closed request): no work for nobody
+        streamer.closed.set()
     thread.join()
     if failed:
         raise failed[0]
@@ -436,19 +502,22 @@ def generate_words(
     models: Models,
     folder,
     prompt,
-    mode="greedy",
+    mode=DEFAULT_MODE,
     max_new_tokens=50,
-    temperature=1.0,
-    top_k=40,
-    top_p=1.0,
+    temperature=DEFAULT_TEMPERATURE,
+    top_k=DEFAULT_TOP_K,
+    top_p=DEFAULT_TOP_P,
     num_beams=4,
     seed=0,
+    max_new_words=0,
 ):
     """Yields (the prompt's words as running text, records so far, continuation text, the word being spelled) as each
     token arrives: every record is `Reading.record`'s view of the moment its word was written, from the model's own
     forwards over the text so far (one token per call, the cache carried): the folder's model for each token's log p,
-    its word-level twin (`word_model`) at each word step for the gate, the window and the parts."""
+    its word-level twin (`word_model`) at each word step for the gate, the window and the parts. `max_new_words`
+    (0: none) ends it at that many whole words, if max_new_tokens has not ended it before."""
     kwargs, seed = generation_settings(mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed)
+    max_new_words = number("max_new_words", max_new_words, 0, MAX_NEW_TOKENS, integer=True)
     model, tok = models.get(folder)
     ids, table = encode(model, tok, check_prompt(prompt))
     reading = Reading(model, tok, table)
@@ -458,7 +527,8 @@ def generate_words(
     twin, words, log_p = reading.twin, [], 0.0
     out_w = twin(torch.tensor([reading.steps]), use_cache=True, logits_to_keep=1)
     out_t = out_w if twin is model else model(torch.tensor([ids]), use_cache=True, logits_to_keep=1)
-    for t in new_tokens(model, torch.tensor(ids), kwargs, seed):
+    tokens = new_tokens(model, torch.tensor(ids), kwargs, seed)
+    for t in tokens:
         log_p += float(torch.log_softmax(out_t.logits[0, -1].double(), -1)[t])
         if twin is not model:
             out_t = model(torch.tensor([[t]]), past_key_values=out_t.past_key_values, use_cache=True)
@@ -473,6 +543,9 @@ def generate_words(
             if twin is model:
                 out_t = out_w
         yield reading.pieces[:n], words, continuation(reading, ids), reading.pending()
+        if max_new_words and len(words) >= max_new_words:
+            tokens.close()  # generate stops at its next token
+            return
 
 
 @torch.no_grad()
@@ -787,7 +860,7 @@ def describe(models: Models, folder: str) -> str:
 
 
 def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
-    names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed"]
+    names = ["mode", "max_new_tokens", "temperature", "top_k", "top_p", "num_beams", "seed", "max_new_words"]
 
     def on_load(folder):
         try:
@@ -866,11 +939,11 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
                 PROMPT, label="prompt (start with a line break, as the corpus's lines do)", lines=2, elem_id="prompt"
             )
             with gr.Row():
-                mode = gr.Radio(MODES, value="greedy", label="decoding", elem_id="mode")
+                mode = gr.Radio(MODES, value=DEFAULT_MODE, label="decoding", elem_id="mode")
                 max_new = gr.Number(50, label=f"max_new_tokens (1-{MAX_NEW_TOKENS})", elem_id="max_new_tokens")
-                temperature = gr.Number(1.0, label="temperature (sample)")
-                top_k = gr.Number(40, label="top_k (sample, 0: off)")
-                top_p = gr.Number(1.0, label="top_p (sample)")
+                temperature = gr.Number(DEFAULT_TEMPERATURE, label="temperature (sample)")
+                top_k = gr.Number(DEFAULT_TOP_K, label="top_k (sample, 0: off)")
+                top_p = gr.Number(DEFAULT_TOP_P, label="top_p (sample)")
                 beams = gr.Number(4, label="num_beams (beam)")
                 seed = gr.Number(0, label=f"seed (0-{MAX_SEED:,})", elem_id="seed")
             button = gr.Button("Generate", variant="primary", elem_id="generate")
@@ -891,7 +964,7 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
             view = gr.State(None)
         settings = [mode, max_new, temperature, top_k, top_p, beams, seed]
         private = dict(api_visibility="private")
-        model = dict(concurrency_id="model")  # every event that runs a model: one at a time (2 cores, one global RNG)
+        model = dict(concurrency_id="model")  # every event that runs a model: --concurrency at once, all together
         folder.change(on_load, folder, loaded, **private, **model)
         demo.load(on_load, folder, loaded, **private, **model)
         button.click(
@@ -906,28 +979,45 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
         def generate(
             prompt: str,
             folder: str = default_model,
-            mode: str = "greedy",
+            mode: str = DEFAULT_MODE,
             max_new_tokens: int = 50,
-            temperature: float = 1.0,
-            top_k: int = 40,
-            top_p: float = 1.0,
+            temperature: float = DEFAULT_TEMPERATURE,
+            top_k: int = DEFAULT_TOP_K,
+            top_p: float = DEFAULT_TOP_P,
             num_beams: int = 4,
             seed: int = 0,
+            max_new_words: int = 0,
         ) -> dict:
             """Continue a prompt; each word (a spelled word is one) with its kind, probability, vocabulary, pointer and
-            speller parts, pointer share, gate, window attention and top next words (the moment it was written)."""
+            speller parts, pointer share, gate, window attention and top next words (the moment it was written).
+            max_new_words (0: none) ends it at that many whole words, if max_new_tokens has not ended it before."""
+            settings = [mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed, max_new_words]
+            *_, last = generate_stream(prompt, folder, *settings)
+            return {k: v for k, v in last.items() if k != "done"}
+
+        def generate_stream(
+            prompt: str,
+            folder: str = default_model,
+            mode: str = DEFAULT_MODE,
+            max_new_tokens: int = 50,
+            temperature: float = DEFAULT_TEMPERATURE,
+            top_k: int = DEFAULT_TOP_K,
+            top_p: float = DEFAULT_TOP_P,
+            num_beams: int = 4,
+            seed: int = 0,
+            max_new_words: int = 0,
+        ) -> Iterator[dict]:
+            """/generate as the words come: at each new whole word {"text": the continuation so far, "words": how many
+            whole words, "done": false}, then /generate's answer with "done": true."""
+            settings = [mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed, max_new_words]
             try:
-                steps = generate_words(
-                    models, folder, prompt, mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed
-                )
-                *_, (_, words, text, _) = ((), [], "", ""), *steps  # the last step holds every word
-                settings = [mode, max_new_tokens, temperature, top_k, top_p, num_beams, seed]
-                return {
-                    "folder": folder,
-                    "text": text,
-                    "words": words,
-                    "settings": dict(zip(names, settings, strict=True)),
-                }
+                shown, words, text = 0, [], ""
+                for _, words, text, _ in generate_words(models, folder, prompt, *settings):
+                    if len(words) > shown:  # a word's bytes are not news: the word they end is
+                        shown = len(words)
+                        yield {"text": text, "words": shown, "done": False}
+                named = dict(zip(names, settings, strict=True))
+                yield {"folder": folder, "text": text, "words": words, "settings": named, "done": True}
             except InputError as e:
                 raise gr.Error(str(e)) from None
 
@@ -940,6 +1030,7 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
                 raise gr.Error(str(e)) from None
 
         gr.api(generate, api_name="generate", **model)
+        gr.api(generate_stream, api_name="generate_stream", **model)
         gr.api(score, api_name="score", **model)
     return demo
 
@@ -956,7 +1047,7 @@ def main(argv=None):
     except InputError as e:
         fail(e)
     demo = build(models, default)
-    demo.queue(default_concurrency_limit=1, max_size=64)
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     try:
         demo.launch(server_name=args.host, server_port=args.port, css=CSS, show_error=False)
     except OSError as e:  # the port is taken, or not this user's to bind

@@ -212,6 +212,8 @@ def main(argv=None):
     # No pad token either: with one and no end token, generate takes a prompt's <eos> for padding (when called
     # without attention_mask); batches come left-padded with their attention_mask from the tokenizer.
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
+    # top-k 40 sampling: greedy search loops on free-running text (examples/repetition.py, chosen on validation)
+    model.generation_config.do_sample, model.generation_config.top_k = True, 40
     # the tokenizer's placeholders are the model's extra outputs; ids of text without them are scored as before
     model.config.unk_token_id = tok.unk_token_id
     if not getattr(tok, "spell_unseen", False):  # a speller's model keeps its slots: the window's spelled words

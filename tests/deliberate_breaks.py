@@ -4838,6 +4838,78 @@ MUTS += [  # issue 61: the pointer in any browser (examples/export_web.py, web/,
         ["tests/test_web_page.py::test_export_web_refuses_bad_folders_in_one_line"],
     ),
 ]
+MUTS += [  # issue 60 parts 5 and 6: the demo under load (benchmarks/load.py), repetition and the shipped decoding
+    (
+        "repetition: a 4-gram's first occurrence counts as a repeat",
+        "examples/repetition.py",
+        "        repeats += gram in seen",
+        "        repeats += gram in seen or not repeats",
+        ["tests/test_repetition.py::test_the_share_by_hand", "tests/test_repetition.py::test_the_share_against_the_slow_reference"],
+    ),
+    (
+        "repetition: a spelled word's bytes count as words",
+        "examples/repetition.py",
+        "    return [i for i, t in enumerate(ids) if t < vocab_size or t == end]",
+        "    return list(range(len(ids)))",
+        ["tests/test_repetition.py::test_a_spelled_word_is_one_word"],
+    ),
+    (
+        "repetition: the stop counts ids, not words",
+        "examples/repetition.py",
+        "        done = ((new < self.vocab_size) | (new == self.end)).sum(-1) >= self.words",
+        "        done = torch.full(new.shape[:1], new.shape[-1] >= self.words)",
+        ["tests/test_repetition.py::test_a_spelled_word_is_one_word"],
+    ),
+    (
+        "repetition: CHOSEN is not the table's choice",
+        "examples/repetition.py",
+        'CHOSEN = "topk40"',
+        'CHOSEN = "topk40_t0.8"',
+        ["tests/test_repetition.py::test_the_table_chose_the_shipped_setting"],
+    ),
+    (
+        "repetition: the shipped WikiText-2 pointer folder decodes greedily",
+        "pretrained/wt2-pointer-sentinel-lstm-2x200/generation_config.json",
+        '  "do_sample": true,\n',
+        '  "do_sample": false,\n',
+        ["tests/test_repetition.py::test_the_shipped_generation_config_carries_the_chosen_setting", "tests/test_repetition.py::test_generate_honours_the_shipped_setting"],
+    ),
+    (
+        "repetition: the fast decode step skips top-k",
+        GEN,
+        "later = _mask_once(p for p in logits_processor if not isinstance(p, PointerSentinelLogitsProcessor))",
+        'later = _mask_once(p for p in logits_processor if type(p).__name__ not in ("PointerSentinelLogitsProcessor", "TopKLogitsWarper"))',
+        ["tests/test_repetition.py::test_generate_honours_the_shipped_setting"],
+    ),
+    (
+        "repetition: the demo defaults to greedy",
+        "examples/app.py",
+        'DEFAULT_MODE, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P = "sample", 1.0, 40, 1.0',
+        'DEFAULT_MODE, DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P = "greedy", 1.0, 40, 1.0',
+        ["tests/test_repetition.py::test_the_demo_defaults_to_the_chosen_setting"],
+    ),
+    (
+        "load: /score answers every user with the first request's words",
+        "examples/app.py",
+        "return score_text(models, folder, text)[0]",
+        'return score.__dict__.setdefault("first", score_text(models, folder, text)[0])',
+        ["tests/test_load.py::test_two_users_at_once_neither_fails_nor_crosses"],
+    ),
+    (
+        "load: max_new_words is not a limit",
+        "examples/app.py",
+        "        if max_new_words and len(words) >= max_new_words:",
+        "        if False:",
+        ["tests/test_load.py::test_two_users_at_once_neither_fails_nor_crosses"],
+    ),
+    (
+        "load: sampling draws from torch's global generator",
+        "examples/app.py",
+        "        self.generator = torch.Generator().manual_seed(seed)",
+        "        self.generator = None",
+        ["tests/test_load.py::test_sampling_at_once_draws_as_each_alone"],
+    ),
+]
 
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""
