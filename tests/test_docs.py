@@ -9,7 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 # Signs, not goals: the README grew by the demo page, checkpoints that run no code and plain decode of unseen words.
-DOCS = {"README.md": 300, "model_card.md": 300, "BENCHMARKS.md": 300}
+DOCS = {"README.md": 300, "model_card.md": 320, "BENCHMARKS.md": 300}
 RUNS = {"ptb-pointer-sentinel-lstm-2x200": "ptb_sgd_pointer", "ptb-lstm-2x200": "ptb_sgd_plain",
         "wt2-pointer-sentinel-lstm-2x200": "wt2_sgd_pointer", "wt2-lstm-2x200": "wt2_sgd_plain"}  # fmt: skip
 
