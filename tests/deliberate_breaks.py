@@ -4758,6 +4758,13 @@ MUTS += [  # hardening part 4b: `logits` keep no -inf
         "return logits",
         ["tests/test_logits_every_target.py::test_a_hand_written_entropy_of_logits_is_finite_and_cross_entropy_still_equals_the_loss"],
     ),
+    (
+        "app concurrency: --concurrency 0 reaches Gradio's queue",
+        "examples/app.py",
+        '("--concurrency", lambda v: 1 <= v <= 64, "in [1, 64]")',
+        '("--concurrency", lambda v: True, "in [1, 64]")',
+        ["tests/test_cli.py::test_scripts_check_their_command_line_before_importing_torch"],
+    ),
 ]
 MUTS += [  # issue 61: the pointer in any browser (examples/export_web.py, web/, tests/test_web_page.py)
     (

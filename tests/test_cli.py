@@ -419,6 +419,7 @@ COMMAND_LINE_MISTAKES = [  # (script, arguments, what its one error line says); 
     ("app.py", ["--port", "99999"], "--port must be in [1, 65535], got 99999"),
     ("app.py", ["--port", "0"], "--port must be in [1, 65535], got 0"),  # Gradio would name port 0 in its URL
     ("app.py", ["--model", "no_model"], "--model no_model: no such model folder"),
+    ("app.py", ["--concurrency", "0"], "--concurrency must be in [1, 64], got 0"),
     ("export_onnx.py", ["--help"], ""),
     ("export_onnx.py", ["model", "out", "--check_steps", "0"], "--check_steps must be >= 1"),
     ("export_onnx.py", ["/nonexistent", "out"], "/nonexistent: no such model folder"),
