@@ -17,6 +17,17 @@ For each size, with the corpus generated (`generate`; a file already at WORK/zip
   scaling efficiency (2-rank rate / (2 x 1-rank rate)).
 While a time is taken, the processes listed in --pause_pids (one PID a line, if the file exists) are stopped with
 SIGSTOP and continued with SIGCONT after it, whatever happens.
+
+Scoring at scale (`--evaluate MODEL`): examples/evaluate.py on a text of N targets made here from a corpus's lines (by
+default the bundled WikiText-2 training text, repeated; written to --work and deleted after), one process under
+`nice -n 5`, `--num_threads 1`, its own token cache: its peak RSS (ru_maxrss of that process, tokenisation of the
+text and the reading of the model included) and targets per second of the scoring (evaluate.py's `seconds`).
+`--evaluate small` scores with a small model of this package made here in --work (1 layer of 32 units, pointer
+window 20, no adaptive softmax, a 200-word vocabulary built from the corpus: everything else read as <unk>), fast
+enough for 100M targets on one core; its figures mean nothing, its memory is what is measured.
+
+    python benchmarks/scale.py --evaluate pretrained/wt2-pointer-sentinel-lstm-2x200 --targets 1e6 10e6
+    python benchmarks/scale.py --evaluate small --targets 1e6 10e6 100e6 --eval_batch_size 100
 """
 
 import argparse
@@ -239,6 +250,86 @@ def datasets_map(path: str, workers: int, pids: Path):
           f"{arrow + mapped + flat:.1f} s | {same} | {avg.removeprefix('load average ')} |")  # fmt: skip
 
 
+WIKITEXT2_TRAIN = ROOT / "modeling_pointer_sentinel" / "data" / "wikitext-2" / "wiki.train.tokens.xz"
+
+SMALL = """
+import sys, torch
+from modeling_pointer_sentinel import PointerSentinelConfig, PointerSentinelForCausalLM
+from modeling_pointer_sentinel.data import TextSource
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer
+corpus, out = sys.argv[1], sys.argv[2]
+tok = build_word_level_tokenizer(TextSource(path=corpus).lines(), max_vocab_size=200, text_rules="wikitext")
+config = PointerSentinelConfig(vocab_size=len(tok), embedding_size=32, hidden_size=32, num_layers=1, pointer_window=20,
+                               unk_token_id=tok.convert_tokens_to_ids("<unk>"), eos_token_id=tok.eos_token_id)
+torch.manual_seed(0)
+PointerSentinelForCausalLM(config).save_pretrained(out)
+tok.save_pretrained(out)
+"""
+
+
+def repeated_text(path: Path, corpus: Path, targets: int) -> int:
+    """`corpus`'s lines again and again into `path` until they hold `targets` + 1 tokens (each word and each line's
+    end a token, as the word-level tokenizers read them); returns the tokens written."""
+    from modeling_pointer_sentinel.data import TextSource
+
+    lines = list(TextSource(path=str(corpus)).lines())
+    counts = [len(line.split()) + 1 for line in lines]
+    written = 0
+    with open(path, "w") as f, tqdm(total=targets + 1, unit="tok", desc=f"writing {path.name}") as bar:
+        while written < targets + 1:
+            for line, n in zip(lines, counts, strict=True):
+                f.write(line + "\n")
+                written += n
+                bar.update(n)
+                if written >= targets + 1:
+                    break
+    return written
+
+
+def evaluate_at_scale(model: str, sizes: list[int], work: Path, corpus: Path, batch_size: int, pids: Path, keep: bool):
+    """examples/evaluate.py on texts of each size: one table row each (peak RSS, targets/s)."""
+    work.mkdir(parents=True, exist_ok=True)
+    if model == "small":
+        folder = work / "small_model"
+        subprocess.run([sys.executable, "-c", SMALL, str(corpus), str(folder)], cwd=ROOT, check=True, env=env(),
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        model = str(folder)
+    rows = []
+    for n in sizes:
+        text, cache, out = work / f"text_{n}.txt", work / f"eval_cache_{n}", work / f"eval_{n}.json"
+        tokens = repeated_text(text, corpus, n)
+        cmd = ["nice", "-n", "5", sys.executable, str(ROOT / "examples" / "evaluate.py"), model, "--test_file",
+               str(text), "--num_threads", "1", "--batch_size", str(batch_size), "--data_cache_dir", str(cache),
+               "--output_json", str(out)]  # fmt: skip
+        log = work / f"eval_{n}.log"  # its progress bars: a pipe nobody reads while it runs would fill and block it
+        with paused(pids) as stopped, open(log, "w") as err:
+            avg, start = load(), time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=err)
+            _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak RSS
+            wall = time.perf_counter() - start
+        if status:
+            raise RuntimeError(log.read_text()[-3000:])
+        res = json.loads(out.read_text())
+        row = {"targets_asked": n, "tokens_written": tokens, "text_bytes": text.stat().st_size,
+               "targets": res["tokens"], "ppl": res["ppl"], "scoring_seconds": res["seconds"], "wall_seconds": wall,
+               "peak_rss_mb": usage.ru_maxrss / 1024, "load": avg, "paused": len(stopped)}  # fmt: skip
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
+        if not keep:
+            text.unlink()
+            shutil.rmtree(cache)
+            out.unlink()
+            log.unlink()
+    print(
+        f"\n| {Path(model).name}: targets | text | peak RSS | scoring targets/s | scoring s | wall s | load average |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['targets']:,} | {r['text_bytes'] / 2**20:,.0f} MiB | {r['peak_rss_mb']:,.0f} MB "
+              f"| {r['targets'] / r['scoring_seconds']:,.0f} | {r['scoring_seconds']:,.0f} | {r['wall_seconds']:,.0f} "
+              f"| {r['load'].removeprefix('load average ')} |")  # fmt: skip
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=float, nargs="+", default=[10e6])
@@ -253,8 +344,16 @@ def main():
     ap.add_argument("--rules_file", help="instead: the encode pass over this file under --text_rules, 1 and 2 workers")
     ap.add_argument("--text_rules", default="wikitext")
     ap.add_argument("--datasets_map", help="instead: this file through token_file and through datasets' map")
+    ap.add_argument("--evaluate", help="instead: examples/evaluate.py with this model folder ('small': one made "
+                    "here) on texts of --targets targets")  # fmt: skip
+    ap.add_argument("--targets", type=float, nargs="+", default=[1e6, 10e6])
+    ap.add_argument("--eval_corpus", default=str(WIKITEXT2_TRAIN), help="--evaluate's text: these lines, repeated")
+    ap.add_argument("--eval_batch_size", type=int, default=10)
     args = ap.parse_args()
     work, pids = Path(args.work), Path(args.pause_pids)
+    if args.evaluate:
+        return evaluate_at_scale(args.evaluate, [int(n) for n in args.targets], work, Path(args.eval_corpus),
+                                 args.eval_batch_size, pids, args.keep)  # fmt: skip
     if args.rules_file:
         return rules_throughput(args.rules_file, args.text_rules, pids)
     if args.datasets_map:

@@ -12,6 +12,10 @@ With an open-vocabulary model folder (placeholder ids for a text's unseen words,
 words of raw text are read as placeholders, numbered per stream as the tokenizer numbers a text's, so the pointer's
 copies count; text in corpus form (literal <unk>) scores as before. The summary names the measure and the split's
 unseen-word rate; `--unseen_as_unk` reads unseen words as <unk> (a closed vocabulary's reading).
+The split streams from the token cache a chunk at a time into running totals, so memory is bounded by the model, a
+chunk and tables over the vocabulary, whatever the text's length (benchmarks/results_scale_cpu.md); `--compare`,
+`--plots` and the cache grid keep the per-target outputs they read (the grid: validation's), `--dynamic` the
+training ids its statistics read, and a speller folder on text that spells words holds the split's words.
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
 model folder or data file, a data file that is not UTF-8 text or holds a NUL byte (binary), a cache setting out of
 range, a split too short for --batch_size streams) stops the script with one `error:` line on stderr and exit status 2;
@@ -23,6 +27,7 @@ import hashlib
 import json
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -156,34 +161,45 @@ def parse_args(argv=None):
 if __name__ == "__main__":  # a mistaken command line fails here, before the imports below (torch: 8-40 s)
     parse_args()
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
-from modeling_pointer_sentinel.data import SplitIds, token_array, token_counts  # noqa: E402
+from modeling_pointer_sentinel.data import SplitIds, TokenStreams, token_array, token_counts  # noqa: E402
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
+    PlaceholderStreams,
+    ScoreTotals,
+    StreamOutputs,
     bracketed_grid,
     bucket_log_ppl_difference,
     cache_grid_search,
-    collect_outputs,
-    dynamic_evaluate,
+    concat_outputs,
     dynamic_grid_search,
+    dynamic_outputs,
+    file_streams,
     frequency_buckets,
-    gate_statistics,
     gradient_statistics,
-    new_word_targets,
+    next_new_words,
     perplexity,
-    placeholder_streams,
-    read_unseen_words,
-    unknown_penalised_perplexity,
+    stream_outputs,
+    unseen_word_batches,
+    upp_of_totals,
 )
 from modeling_pointer_sentinel.plotting import (  # noqa: E402
     plot_bucket_differences,
     plot_gate_histogram,
     pointer_picture_positions,
     pointer_window_picture,
+)
+from modeling_pointer_sentinel.spelling import (  # noqa: E402
+    bits_per_byte_by_kind,
+    spelled_words,
+    vocabulary_bytes,
+    without_speller,
+    word_nats,
 )
 from modeling_pointer_sentinel.training import shard_streams, unk_rate_of_counts, unk_token_id, word_count  # noqa: E402
 
@@ -228,12 +244,14 @@ def streams_for(ids, batch_size, max_tokens):
 
 
 class SplitReading(Mapping):
-    """The evaluated splits as the model reads them. With an open-vocabulary tokenizer and model (placeholder ids
-    V ... V+N-1, `oov_slots`), a validation or test split whose cached ids hold <unk> is read again through the
-    tokenizer (`read_unseen_words`; checked id for id against the cache), and where it holds unseen words, their
-    placeholders are numbered per stream row (`placeholder_streams`). Otherwise (no unseen words, `--unseen_as_unk`,
-    a closed model, the training split) the token cache's ids, as before. As a mapping: each split's flat ids as one
-    row (dynamic evaluation, pictures); a prefix of it is the first stream's."""
+    """The evaluated splits as the model reads them, a block at a time. With an open-vocabulary tokenizer and model
+    (placeholder ids V ... V+N-1, `oov_slots`), a validation or test split whose cached ids hold <unk> is read again
+    through the tokenizer (`unseen_word_batches`, a batch of lines at a time, checked id for id against the cache),
+    and where it holds unseen words, their ids (one numbering for the split) go to a temporary file, from which
+    `PlaceholderStreams` numbers them per stream row as the tokenizer would. Otherwise (no unseen words,
+    `--unseen_as_unk`, a closed model, the training split) the token cache's ids, as before. Streams are read from
+    the files by positional reads (`file_streams`), so no split is ever held whole. As a mapping: each split's flat ids
+    as one row, whole (the pictures); a prefix of it is the first stream's."""
 
     def __init__(self, args, tok, model, sources: dict, files: dict, mapped: dict, ids: SplitIds):
         self.args, self.tok, self.sources, self.files, self.mapped, self.ids = args, tok, sources, files, mapped, ids
@@ -241,47 +259,71 @@ class SplitReading(Mapping):
         self.V, self.N = cfg.vocab_size, cfg.oov_slots
         self.open = (not args.unseen_as_unk and self.N > 0 and getattr(tok, "oov_slots", 0) > 0
                      and word_count(tok) == self.V and self.unk is not None)  # fmt: skip
-        self.read, self.one_row = {}, {}
+        self.read, self.folder = {}, None
+        self.limit = args.max_tokens + 1 if args.max_tokens else None  # --max_tokens: the first N targets
 
-    def unseen(self, split: str) -> tuple[torch.Tensor, list[str]] | None:
-        """(the split's ids, unseen words as V + their index in the spellings; the spellings), None where it has
-        none or is read as cached."""
+    def unseen(self, split: str) -> tuple[Path, list[str]] | None:
+        """(the file of the split's ids (int32), unseen words as V + their index in the spellings; the spellings),
+        None where it has none or is read as cached."""
         if not self.open or split == "train":  # the training split gives frequencies and gradient statistics
             return None
         if split not in self.read:
             counts, found = token_counts(self.files[split]), None
             if self.unk < len(counts) and counts[self.unk]:  # else nothing for the tokenizer to spell
-                flat, words = read_unseen_words(self.tok, self.sources[split].line_batches(f"reading {split}"))
-                cached = torch.from_numpy(self.mapped[split].astype("int64"))
-                closed = flat.masked_fill(flat >= self.V, self.unk)
-                if closed.shape != cached.shape or not torch.equal(closed, cached):
-                    fail(
-                        f"the {split} split read through the open-vocabulary tokenizer differs from its cached "
-                        "ids (tokenizer and token cache out of step?); --unseen_as_unk scores the cached ids"
-                    )
-                found = (flat, words) if words else None
+                found = self.read_unseen(split)
             self.read[split] = found
         return self.read[split]
 
-    def global_streams(self, split: str, batch_size: int) -> torch.Tensor | None:
+    def read_unseen(self, split: str) -> tuple[Path, list[str]] | None:
+        """The split read through the open-vocabulary tokenizer a batch of lines at a time, each batch checked
+        against the cached ids; the ids are written to a file from the first unseen word on (before it they are the
+        cache's); None when it has no unseen word."""
+        cached, itemsize = self.files[split], self.mapped[split].dtype.itemsize
+        total, index, pos, out = self.mapped[split].size, {}, 0, None
+
+        def cache_ids(start: int, count: int) -> np.ndarray:  # read, not mapped: the pages stay out of the RSS
+            return np.fromfile(cached, self.mapped[split].dtype, count=count, offset=start * itemsize)
+
+        def check(same: bool):
+            if not same:
+                fail(f"the {split} split read through the open-vocabulary tokenizer differs from its cached ids "
+                     "(tokenizer and token cache out of step?); --unseen_as_unk scores the cached ids")  # fmt: skip
+
+        try:
+            for flat in unseen_word_batches(self.tok, self.sources[split].line_batches(f"reading {split}"), index):
+                closed = np.where(flat >= self.V, self.unk, flat)
+                check(pos + len(flat) <= total and np.array_equal(closed, cache_ids(pos, len(flat))))
+                if out is None and index:  # the first unseen word: the ids before it are the cache's
+                    if self.folder is None:
+                        self.folder = tempfile.TemporaryDirectory(prefix="evaluate-placeholders-")
+                    out = open(Path(self.folder.name) / f"{split}.ids", "wb")
+                    for start in range(0, pos, 1 << 22):
+                        cache_ids(start, min(1 << 22, pos - start)).astype(np.int32).tofile(out)
+                if out is not None:
+                    flat.astype(np.int32).tofile(out)
+                pos += len(flat)
+        finally:
+            if out is not None:
+                out.close()
+        check(pos == total)
+        return None if out is None else (Path(out.name), list(index))
+
+    def global_streams(self, split: str, batch_size: int) -> TokenStreams | None:
         """The split's streams with one numbering for the whole split (each unseen word its own id): what each
         target is, for the rates and the count of distinct unseen words; None when read as cached."""
         found = self.unseen(split)
-        return None if found is None else streams_for(found[0], batch_size, self.args.max_tokens)
+        return None if found is None else file_streams(found[0], np.int32, batch_size, self.limit)
 
-    def streams(self, split: str, batch_size: int):
-        found = self.unseen(split)
+    def streams(self, split: str, batch_size: int, limit: int | None = None):
+        """The split's `batch_size` streams as the model reads them, read a block at a time, each block once and in
+        order (`PlaceholderStreams` numbers as it reads); `limit`: the first ids only (default: --max_tokens')."""
+        found, limit = self.unseen(split), limit or self.limit
         if found is None:
-            return streams_for(self.mapped[split], batch_size, self.args.max_tokens)
-        return placeholder_streams(first_tokens(found[0], self.args.max_tokens), batch_size, self.V, self.N, self.unk)
+            return file_streams(self.files[split], self.mapped[split].dtype, batch_size, limit)
+        return PlaceholderStreams(file_streams(found[0], np.int32, batch_size, limit), self.V, self.N, self.unk)
 
     def __getitem__(self, split: str) -> torch.Tensor:
-        found = self.unseen(split)
-        if found is None:
-            return self.ids[split]
-        if split not in self.one_row:
-            self.one_row[split] = placeholder_streams(found[0], 1, self.V, self.N, self.unk)[0]
-        return self.one_row[split]
+        return self.streams(split, 1, self.mapped[split].size)[:, :][0]
 
     def __iter__(self):
         return iter(self.ids)
@@ -290,28 +332,80 @@ class SplitReading(Mapping):
         return len(self.ids)
 
 
-def unseen_word_results(reading: SplitReading, split: str, out, batch_size: int) -> tuple[dict, str]:
+class Scored:
+    """A split scored a chunk at a time (`score`): its running totals (`ScoreTotals`), the neural cache's summed NLL,
+    the counts of what its targets are in the split's own numbering (placeholder reading), and, when asked for, the
+    outputs kept whole."""
+
+    def __init__(self, totals: ScoreTotals, distinct_unseen: int):
+        self.totals, self.cache_nll, self.outputs = totals, 0.0, None
+        self.unseen_targets = self.literal_unk = self.unseen_past_slots = 0
+        self.seen_words = torch.zeros(distinct_unseen, dtype=torch.bool)  # which of the split's unseen words occur
+
+
+def score(m, reading: SplitReading, split: str, args, cache: dict | None = None, keep: bool = False,
+          keep_hidden: bool = False, byte_table: torch.Tensor | None = None) -> Scored:  # fmt: skip
+    """The split's streams scored chunk by chunk into running totals (memory: the model, a chunk and tables over the
+    ids, whatever the split's length), with the neural cache `cache` (window, theta, lam) mixed in as it streams;
+    `keep`: the outputs also kept whole (`keep_hidden`: with the hidden states), for the analyses of every target;
+    `byte_table`: each id's bytes (`spelling.vocabulary_bytes`), for bits per byte."""
+    streams = reading.streams(split, args.batch_size)
+    rows, length = streams.shape
+    whole, found = reading.global_streams(split, args.batch_size), reading.unseen(split)
+    V = reading.V
+    totals = ScoreTotals(V + max(m.config.oov_slots, 0), length - 1, reading.unk, V, byte_table)
+    scored = Scored(totals, len(found[1]) if found else 0)
+    neural = NeuralCache(**cache) if cache else None
+    placeholders = found is not None and reading.unk is not None
+    previous, used, column, parts = streams[:, :1], torch.zeros(rows, dtype=torch.long), 0, []
+    with tqdm(total=rows * (length - 1), desc=f"{split}", unit="tok") as bar:
+        for out in stream_outputs(m, streams, args.bptt, keep_hidden or neural is not None, bar):
+            y, T = out.targets, out.targets.shape[1]
+            new = None
+            if placeholders:
+                x = torch.cat([previous, y[:, :-1]], 1)  # the chunk's inputs: the targets shifted by one
+                new, used = next_new_words(x, y, V, reading.N, reading.unk, used)
+                spelled = whole[:, column + 1 : column + T + 1]  # the targets in the split's own numbering
+                unseen = spelled >= V
+                scored.unseen_targets += int(unseen.sum())
+                scored.literal_unk += int((spelled == reading.unk).sum())
+                scored.unseen_past_slots += int((unseen & (y == reading.unk)).sum())
+                scored.seen_words[spelled[unseen] - V] = True
+            totals.add(out, new)
+            if neural is not None:
+                scored.cache_nll -= neural.stream(out.hidden, y, out.log_probs).double().sum().item()
+            if keep:
+                parts.append(
+                    out if keep_hidden else StreamOutputs(out.targets, out.log_probs, out.vocab_log_probs, out.gate)
+                )
+            previous, column = y[:, -1:], column + T
+    if neural is not None:
+        scored.cache_nll -= neural.flush().double().sum().item()
+    if keep:
+        scored.outputs = concat_outputs(parts)
+    return scored
+
+
+def unseen_word_results(reading: SplitReading, split: str, scored: Scored) -> tuple[dict, str]:
     """What the split's targets are (placeholders: unseen words read with their identity; literal <unk>; unseen words
     past a row's slots, read as <unk>; the distinct unseen words), and the measure the perplexity is, in words."""
-    n, targets, unk, V = out.targets.numel(), out.targets, reading.unk, reading.V
-    whole = reading.global_streams(split, batch_size)
-    res = {"targets": n, "reading": "placeholders" if whole is not None else "cached ids"}
-    if whole is None:  # corpus text, a closed reading or no unseen words: <unk> is all there is
-        unk_targets = int((targets == unk).sum()) if unk is not None else 0
+    t = scored.totals
+    n = t.targets
+    res = {"targets": n, "reading": "placeholders" if reading.unseen(split) is not None else "cached ids"}
+    if reading.unseen(split) is None:  # corpus text, a closed reading or no unseen words: <unk> is all there is
+        unk_targets = t.unk_targets if reading.unk is not None else 0
         res.update(placeholder_targets=0, placeholder_rate=0.0, unk_targets=unk_targets, unk_rate=unk_targets / n)
         why = " (--unseen_as_unk)" if reading.args.unseen_as_unk else ""
         what = f"<unk> ({unk_targets / n:.2%} of them) scored as a word{why}" if unk_targets else "no <unk>"
         return res, f"perplexity over all {n:,} targets; {what}"
-    spelled = whole[:, 1:]
-    unseen, literal = spelled >= V, spelled == unk
-    placeholders = int((targets >= V).sum())
-    res.update(placeholder_targets=placeholders, placeholder_rate=placeholders / n, unk_targets=int(literal.sum()),
-               unk_rate=int(literal.sum()) / n, unseen_targets=int(unseen.sum()),
-               distinct_unseen_words=int(spelled[unseen].unique().numel()),
-               unseen_past_slots=int((unseen & (targets == unk)).sum()), oov_slots=reading.N)  # fmt: skip
+    placeholders, literal = t.placeholder_targets, scored.literal_unk
+    res.update(placeholder_targets=placeholders, placeholder_rate=placeholders / n, unk_targets=literal,
+               unk_rate=literal / n, unseen_targets=scored.unseen_targets,
+               distinct_unseen_words=int(scored.seen_words.sum()), unseen_past_slots=scored.unseen_past_slots,
+               oov_slots=reading.N)  # fmt: skip
     measure = (f"perplexity over all {n:,} targets; unseen words scored as placeholders (first occurrence: new-word "
                "mass; repeats: copied)")  # fmt: skip
-    return res, measure + ("; literal <unk> as a word" if literal.any() else "")
+    return res, measure + ("; literal <unk> as a word" if literal else "")
 
 
 def main(argv=None):
@@ -344,7 +438,7 @@ def main(argv=None):
         # (and as fast), so the word-level analyses hold. A split that spells words is scored as spelled_main does.
         V = config["vocab_size"]
         files = cached_split_files(args, tok, splits)
-        spelled = [s for s, f in files.items() if len(a := token_array(f)) and int(a.max()) >= V]
+        spelled = [s for s, f in files.items() if token_counts(f)[V:].any()]  # no pass over the ids
         if word_level and spelled:
             fail(f"{' '.join(word_level)}: not on text that spells words ({', '.join(spelled)} split), only on text "
                  "in the corpus's form; without these flags the spelled text is scored in bits per byte")  # fmt: skip
@@ -365,8 +459,6 @@ def main(argv=None):
               file=sys.stderr)  # fmt: skip
     tok, model = load_saved_model(args.model, tok)
     if spelling:  # text in the corpus's form (checked above): the word model alone scores it
-        from modeling_pointer_sentinel.spelling import without_speller
-
         model = without_speller(model)
     reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open
     if args.compare and reading.unseen(args.split) is not None:
@@ -375,36 +467,42 @@ def main(argv=None):
             fail(f"--compare {args.compare} has oov_slots {slots}, not {reading.N}: it cannot score this split's "
                  "unseen words as placeholders; give --unseen_as_unk to score both with them as <unk>")  # fmt: skip
     need_hidden = args.cache or args.cache_grid
-
-    def run(m, split):
-        streams = reading.streams(split, args.batch_size)
-        rows, length = streams.shape
-        with tqdm(total=rows * (length - 1), desc=f"{split}", unit="tok") as bar:
-            return collect_outputs(m, streams, args.bptt, keep_hidden=need_hidden, progress=bar)
-
-    out = run(model, args.split)
-    results = {"split": args.split, "tokens": out.targets.numel(), "ppl": out.perplexity()}
+    keep = bool(args.compare or args.plots)  # analyses of every target: their outputs are kept whole
+    byte_table = vocabulary_bytes(tok, model.config.vocab_size) if spelling else None
+    results = {}
+    cache = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda)
+    grid_on_split = args.cache_grid and args.split == "validation"  # the grid needs the split's outputs whole
+    if args.cache_grid and not grid_on_split:  # chosen first, so that the split streams with the chosen cache
+        val = score(model, reading, "validation", args, keep=True, keep_hidden=True).outputs
+        cache = choose_cache(val, args, results, "cache_grid", "cache grid")
+        del val
+    start = time.perf_counter()
+    scored = score(model, reading, args.split, args, cache if need_hidden and not grid_on_split else None,
+                   keep or grid_on_split, grid_on_split, byte_table)  # fmt: skip
+    totals, out = scored.totals, scored.outputs
+    results = {"split": args.split, "tokens": totals.targets, "ppl": totals.perplexity(), **results,
+               "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
     if spelling:  # every target a word of the vocabulary: its bytes and one separator, as spelled_main counts them
-        nbytes = int(word_bytes(tok, model.config.vocab_size)[out.targets].sum())
-        results |= {"bits_per_byte": -float(out.log_probs.double().sum()) / math.log(2) / nbytes, "bytes": nbytes,
-                    "words": out.targets.numel(), "word_perplexity": results["ppl"]}  # fmt: skip
-    results["unseen_words"], results["measure"] = unseen_word_results(reading, args.split, out, args.batch_size)
-    if (unk := unk_token_id(tok)) is not None:
+        results |= {"bits_per_byte": totals.nll / math.log(2) / totals.bytes, "bytes": totals.bytes,
+                    "words": totals.targets, "word_perplexity": results["ppl"]}  # fmt: skip
+    results["unseen_words"], results["measure"] = unseen_word_results(reading, args.split, scored)
+    if reading.unk is not None:
         spelled = {}
         if reading.unseen(args.split) is not None:  # raw text: the unseen words' spellings are known
             u = results["unseen_words"]
-            new = new_word_targets(reading.streams(args.split, args.batch_size), reading.V, reading.N, unk)
-            spelled = dict(new_words=new, unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])
-        results["upp"] = unknown_penalised_perplexity(out, unk, args.oov_types, **spelled)
+            spelled = dict(unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])
+        results["upp"] = upp_of_totals(totals.nll, totals.targets, totals.unk_targets, totals.penalised,
+                                       args.oov_types, **spelled)  # fmt: skip
     if model.config.use_pointer:
-        results["ppl_pointer_off"] = out.perplexity(pointer=False)
-        results.update(gate_statistics(out, tok))
-    cache = dict(window=args.cache_window, theta=args.cache_theta, lam=args.cache_lambda)
-    if args.cache_grid:
-        val = out if args.split == "validation" else run(model, "validation")
-        cache = choose_cache(val, args, results, "cache_grid", "cache grid")
-    if args.cache or args.cache_grid:
+        results["ppl_pointer_off"] = totals.perplexity(pointer=False)
+        results.update(totals.gate_statistics(tok))
+    if grid_on_split:
+        cache = choose_cache(out, args, results, "cache_grid", "cache grid")
         results["ppl_with_cache"] = with_cache(out, cache)
+        out.hidden = None
+    elif need_hidden:
+        results["ppl_with_cache"] = perplexity(scored.cache_nll / totals.targets)
+    if need_hidden:
         results["cache"] = {**cache, "alignment": "h_i keys x_{i+1} (Grave et al.)"}
     if args.dynamic:
         objectives = ["mixture"] + (["vocab"] if args.dynamic_pointer_off and model.config.use_pointer else [])
@@ -427,10 +525,8 @@ def main(argv=None):
     if args.compare:
         other = AutoModelForCausalLM.from_pretrained(args.compare, dtype=torch.float32).eval()
         if other.config.speller_size:  # the split spells no word (checked above): its word model alone
-            from modeling_pointer_sentinel.spelling import without_speller
-
             other = without_speller(other)
-        out_b = run(other, args.split)
+        out_b = score(other, reading, args.split, args, keep=True).outputs
         buckets = frequency_buckets(ids["train"], out.targets, args.buckets)
         diffs = bucket_log_ppl_difference(out.log_probs, out_b.log_probs, buckets, args.buckets)
         results["compare"] = {"model": args.compare, "ppl": out_b.perplexity(), "bucket_log_ppl_gain": diffs}
@@ -446,21 +542,11 @@ def main(argv=None):
 SPELLED_FLAGS = ("cache", "cache_grid", "dynamic", "dynamic_grid", "compare", "plots", "oov_types", "unseen_as_unk")
 
 
-def word_bytes(tok, V: int) -> torch.Tensor:
-    """(V,): each vocabulary word's UTF-8 bytes and one separator; `<eos>` 0 (the line break is the separator of the
-    word before it)."""
-    table = torch.tensor([len(t.encode()) + 1 for t in tok.convert_ids_to_tokens(list(range(V)))])
-    table[tok.eos_token_id] = 0
-    return table
-
-
 def spelled_main(args, tok, splits) -> dict:
     """A folder with a speller (`config.speller_size`): the split's ids carry its text, every unseen word spelled, so
     every word is scored as the model writes it: bits per byte of the text (each word's bytes and one separator)
     beside the word perplexity, split by kind of word (vocabulary, copy: a spelled word the pointer's window holds,
     new: any other spelled word). A row's first word has no context and is not scored."""
-    from modeling_pointer_sentinel.spelling import bits_per_byte_by_kind, spelled_words, word_nats
-
     files = cached_split_files(args, tok, splits)
     ids = torch.from_numpy(token_array(files[args.split]).astype("int64"))
     tok, model = load_saved_model(args.model, tok)
@@ -472,7 +558,7 @@ def spelled_main(args, tok, splits) -> dict:
         ids, owner, kinds, spelled = ids[:keep], owner[:keep], kinds[: last + 1], spelled[: last + 1]
     word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
     word_ids[owner[ids < V]] = ids[ids < V]
-    vocab_bytes = word_bytes(tok, V)
+    vocab_bytes = vocabulary_bytes(tok, V)
     text_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
     try:
         with tqdm(total=len(ids), desc=args.split, unit="tok") as bar:
@@ -575,24 +661,26 @@ def with_cache(outputs, cache: dict) -> float:
     return perplexity(-mixed.double().mean().item())
 
 
-def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
+def run_dynamic(model, reading: SplitReading, args, objective: str, cache: dict | None) -> dict:
     """Gradient statistics, the grid on validation (with --dynamic_grid), then dynamic evaluation of the split, and
     the neural cache on top (`cache`: the static model's; with --cache_grid it is chosen again on the adapting
     model's validation outputs, the model it sits on). The results' keys end in `_pointer_off` for the vocabulary
-    objective (the pointer switched off)."""
+    objective (the pointer switched off). The split streams from its file into running totals, the cache mixed in
+    as it goes; the grids' validation outputs are kept whole."""
     need_hidden = cache is not None
     key = "dynamic" if objective == "mixture" else "dynamic_pointer_off"
     suffix, label = ("", "") if objective == "mixture" else ("_pointer_off", ", pointer off")
     tokens = args.dynamic_stats_tokens or None
-    train_ids = ids["train"] if tokens is None else ids["train"][: tokens + args.dynamic_stats_batch_size]
-    with tqdm(total=min(tokens or ids["train"].numel(), ids["train"].numel()), desc=f"gradient statistics{label}",
-              unit="tok") as bar:  # fmt: skip
+    train_size = reading.mapped["train"].size
+    train_ids = reading.streams("train", 1, train_size if tokens is None else tokens + args.dynamic_stats_batch_size)
+    train_ids = train_ids[:, :][0]  # what the statistics read: the whole split, or its first tokens
+    with tqdm(total=min(tokens or train_size, train_size), desc=f"gradient statistics{label}", unit="tok") as bar:
         stats = gradient_statistics(model, train_ids, tokens, args.dynamic_stats_batch_size, STATS_SEGMENT,
                                     objective, progress=bar)  # fmt: skip
     out = {}
     lr, lam, segment, grid_tokens = args.dynamic_lr, args.dynamic_lambda, args.dynamic_segment, None
     if args.dynamic_grid:
-        val = ids["validation"][: args.dynamic_grid_tokens + 1]
+        val = reading.streams("validation", 1, args.dynamic_grid_tokens + 1)[:, :][0]
         grid_tokens = val.numel() - 1
         memo = None
         if args.dynamic_grid_memo:
@@ -618,29 +706,54 @@ def run_dynamic(model, ids, args, objective: str, cache: dict | None) -> dict:
         out[f"dynamic_grid{suffix}"] = grid
         out[f"dynamic_grid_best_on_validation{suffix}"] = best
         lr, lam, segment = best["lr"], best["lam"], best["segment_length"]
-    split_ids = first_tokens(ids[args.split], args.max_tokens)
+    grid_on_split = need_hidden and args.cache_grid and args.split == "validation"  # the grid needs its outputs
+    if need_hidden and args.cache_grid and not grid_on_split:  # chosen first, so that the split streams with it
+        val_ids = reading.streams("validation", 1)
+        with tqdm(total=val_ids.shape[1] - 1, desc=f"dynamic validation{label}", unit="tok") as bar:
+            val = concat_outputs(list(dynamic_outputs(model, val_ids, stats, lr, lam, segment, args.dynamic_epsilon,
+                                                      True, bar)))  # fmt: skip
+        cache = choose_cache(val, args, out, f"dynamic_cache_grid{suffix}", f"cache grid on dynamic evaluation{label}")
+        del val
+    split_ids = reading.streams(args.split, 1)
+    dyn = totals_for(model, split_ids.shape[1] - 1)
+    neural = NeuralCache(**cache) if need_hidden and not grid_on_split else None
+    cache_nll, parts = 0.0, []
     start = time.perf_counter()
-    with tqdm(total=split_ids.numel() - 1, desc=f"dynamic {args.split}{label}", unit="tok") as bar:
-        dyn = dynamic_evaluate(model, split_ids, stats, lr, lam, segment, args.dynamic_epsilon, need_hidden, bar)
+    with tqdm(total=split_ids.shape[1] - 1, desc=f"dynamic {args.split}{label}", unit="tok") as bar:
+        for o in dynamic_outputs(model, split_ids, stats, lr, lam, segment, args.dynamic_epsilon, need_hidden, bar):
+            dyn.add(o)
+            if neural is not None:
+                cache_nll -= neural.stream(o.hidden, o.targets, o.log_probs).double().sum().item()
+            if grid_on_split:
+                parts.append(o)
+    if neural is not None:
+        cache_nll -= neural.flush().double().sum().item()
     seconds = time.perf_counter() - start
-    static = collect_outputs(model, split_ids[None], args.bptt)  # the same targets, at batch size 1
+    static_ids = reading.streams(args.split, 1)  # the same targets, at batch size 1
+    static = totals_for(model, static_ids.shape[1] - 1)
+    for o in stream_outputs(model, static_ids, args.bptt):
+        static.add(o)
     out[f"ppl_dynamic{suffix}"] = dyn.perplexity()
     out[key] = dict(lr=lr, lam=lam, segment_length=segment, epsilon=args.dynamic_epsilon, objective=objective,
                     stats_tokens=stats.tokens, stats_batch_size=args.dynamic_stats_batch_size,
-                    stats_segment_length=STATS_SEGMENT, grid_tokens=grid_tokens, tokens=dyn.targets.numel(),
+                    stats_segment_length=STATS_SEGMENT, grid_tokens=grid_tokens, tokens=dyn.targets,
                     seconds=round(seconds, 1),
                     static_ppl_batch_1=static.perplexity(pointer=objective == "mixture"))  # fmt: skip
-    if need_hidden and args.cache_grid:
-        val = dyn
-        if args.split != "validation":
-            val_ids = first_tokens(ids["validation"], args.max_tokens)
-            with tqdm(total=val_ids.numel() - 1, desc=f"dynamic validation{label}", unit="tok") as bar:
-                val = dynamic_evaluate(model, val_ids, stats, lr, lam, segment, args.dynamic_epsilon, True, bar)
-        cache = choose_cache(val, args, out, f"dynamic_cache_grid{suffix}", f"cache grid on dynamic evaluation{label}")
+    if grid_on_split:
+        outputs = concat_outputs(parts)
+        cache = choose_cache(outputs, args, out, f"dynamic_cache_grid{suffix}",
+                             f"cache grid on dynamic evaluation{label}")  # fmt: skip
+        out[f"ppl_dynamic_with_cache{suffix}"] = with_cache(outputs, cache)
+    elif need_hidden:
+        out[f"ppl_dynamic_with_cache{suffix}"] = perplexity(cache_nll / dyn.targets)
     if need_hidden:
-        out[f"ppl_dynamic_with_cache{suffix}"] = with_cache(dyn, cache)
         out[f"dynamic_cache{suffix}"] = cache
     return out
+
+
+def totals_for(model, columns: int) -> ScoreTotals:
+    """Running totals (`ScoreTotals`) of `columns` targets a row, over the model's ids (its words and placeholders)."""
+    return ScoreTotals(model.config.vocab_size + model.config.oov_slots, columns)
 
 
 def unseen_words_line(u: dict) -> str:

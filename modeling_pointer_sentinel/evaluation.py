@@ -5,13 +5,16 @@ forward (one implementation of the mixture). The pictures (gate histogram, bucke
 
 import copy
 import math
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .data import TokenStreams
 from .modeling_pointer_sentinel import Placeholders, PointerSentinelCache, _logsumexp_where
 from .tokenization import ends_lines_with_eos
 from .training import number_slots_per_row, shard_streams, word_count
@@ -53,8 +56,16 @@ def unknown_penalised_perplexity(outputs: StreamOutputs, unk_id: int, oov_types:
     then K (plus one per literal <unk> target, `literal_unk_targets`, default every <unk> target: those words have
     no spelling, so each is a word of its own and K an upper bound again). `oov_types` overrides both."""
     is_unk = outputs.targets == unk_id
-    unk_targets = int(is_unk.sum())
     penalised = is_unk if new_words is None else is_unk | new_words
+    nll = -outputs.log_probs.double().sum().item()
+    return upp_of_totals(nll, outputs.targets.numel(), int(is_unk.sum()), int(penalised.sum()), oov_types,
+                         unseen_types, literal_unk_targets)  # fmt: skip
+
+
+def upp_of_totals(nll: float, targets: int, unk_targets: int, penalised_targets: int, oov_types: int | None = None,
+                  unseen_types: int | None = None, literal_unk_targets: int | None = None) -> dict:  # fmt: skip
+    """`unknown_penalised_perplexity` from running totals (`ScoreTotals`): the summed NLL over `targets`, the <unk>
+    targets, and the targets the new-word mass scores (<unk> and first occurrences of placeholders)."""
     literal = unk_targets if literal_unk_targets is None else literal_unk_targets
     if oov_types is not None:
         k, source, bound = oov_types, "--oov_types", False
@@ -65,9 +76,9 @@ def unknown_penalised_perplexity(outputs: StreamOutputs, unk_id: int, oov_types:
         k, source, bound = max(unk_targets, 1), "each <unk> a word of its own", True
     if k < 1:
         raise ValueError(f"oov_types must be >= 1, got {k}.")
-    log_p = outputs.log_probs.double() - penalised.double() * math.log(k)
-    return {"ppl": perplexity(-log_p.mean().item()), "oov_types": k, "unk_targets": unk_targets, "bound": bound,
-            "oov_types_from": source, "new_word_targets": int(penalised.sum()) - unk_targets}  # fmt: skip
+    mean_nll = (nll + penalised_targets * math.log(k)) / targets
+    return {"ppl": perplexity(mean_nll), "oov_types": k, "unk_targets": unk_targets, "bound": bound,
+            "oov_types_from": source, "new_word_targets": penalised_targets - unk_targets}  # fmt: skip
 
 
 def read_unseen_words(tokenizer, line_batches) -> tuple[torch.Tensor, list[str]]:
@@ -75,11 +86,20 @@ def read_unseen_words(tokenizer, line_batches) -> tuple[torch.Tensor, list[str]]
     through the open-vocabulary tokenizer (tokenization_pointer_sentinel), each word the vocabulary lacks written as
     V + i, i its index in the returned spellings (the split's distinct unseen words in order of first occurrence):
     one numbering for the whole split, which `placeholder_streams` renumbers row by row. A literal `<unk>` stays
-    `<unk>`, so text in corpus form keeps its ids. `line_batches`: the lines in batches (`data.TextSource`)."""
+    `<unk>`, so text in corpus form keeps its ids. `line_batches`: the lines in batches (`data.TextSource`). In memory
+    whole; `unseen_word_batches` gives the same ids a batch at a time."""
+    index = {}
+    parts = list(unseen_word_batches(tokenizer, line_batches, index))
+    return torch.from_numpy(np.concatenate(parts) if parts else np.empty(0, np.int64)), list(index)
+
+
+def unseen_word_batches(tokenizer, line_batches, index: dict) -> Iterator[np.ndarray]:
+    """`read_unseen_words`' ids a batch of lines at a time (int64), for a split of any length: `index` (word -> i,
+    the split's numbering) grows as unseen words come, one entry per distinct unseen word."""
     V, line_rule, eos = word_count(tokenizer), ends_lines_with_eos(tokenizer), tokenizer.eos_token_id
-    index, parts = {}, []
     for lines in line_batches:
         enc = tokenizer([line + "\n" for line in lines] if line_rule else lines, add_special_tokens=False)
+        parts = []
         for row, table in zip(enc["input_ids"], enc.oov_words, strict=True):
             ids = np.array([*row, *([] if line_rule else [eos])], dtype=np.int64)
             if table:  # the line's own slots (0, 1, ... in the line) to the split's numbering
@@ -87,7 +107,8 @@ def read_unseen_words(tokenizer, line_batches) -> tuple[torch.Tensor, list[str]]
                 at = ids >= V
                 ids[at] = V + split_slot[ids[at] - V]
             parts.append(ids)
-    return torch.from_numpy(np.concatenate(parts) if parts else np.empty(0, np.int64)), list(index)
+        if parts:
+            yield np.concatenate(parts)
 
 
 def placeholder_streams(ids: torch.Tensor, batch_size: int, vocab_size: int, oov_slots: int, unk_id: int):
@@ -101,10 +122,99 @@ def placeholder_streams(ids: torch.Tensor, batch_size: int, vocab_size: int, oov
 def new_word_targets(streams: torch.Tensor, vocab_size: int, oov_slots: int, unk_id: int) -> torch.Tensor:
     """(B, N) bool over the targets of (B, N+1) `placeholder_streams`: a placeholder its row has not held before (the
     row's next unused slot), which the model scores with the new-word mass (`modeling_pointer_sentinel.new_word`)."""
-    x, y = streams[:, :-1], streams[:, 1:]
-    zero = streams.new_zeros(streams.shape[0])
-    used, _ = Placeholders(vocab_size, oov_slots, unk_id).history(x, torch.ones_like(x, dtype=torch.bool), zero, zero)
-    return (y >= vocab_size) & (y - vocab_size == used)
+    used = streams.new_zeros(streams.shape[0])
+    return next_new_words(streams[:, :-1], streams[:, 1:], vocab_size, oov_slots, unk_id, used)[0]
+
+
+def next_new_words(x: torch.Tensor, y: torch.Tensor, vocab_size: int, oov_slots: int, unk_id: int,
+                   used: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """`new_word_targets` of one chunk of the streams (inputs x, targets y, (B, T)), each row having held `used` (B,)
+    placeholders before it: (the chunk's new-word targets, `used` after it, for the next chunk)."""
+    history = Placeholders(vocab_size, oov_slots, unk_id).history
+    k, _ = history(x, torch.ones_like(x, dtype=torch.bool), used, torch.zeros_like(used))
+    return (y >= vocab_size) & (y - vocab_size == k), k[:, -1]
+
+
+class StreamFile:
+    """(rows, N) contiguous streams of a flat id file (`data.token_file`'s, or any file of ids of one dtype) as an array
+    for `data.TokenStreams` to index (`[rows, a:b]`, a numpy array of those ids), cut as `training.shard_streams` cuts
+    its first `limit` ids (default: all), and read with positional reads. A memory map's pages stay in the process's
+    resident memory once read (until the kernel wants them back), so a long split scored through one grows the peak
+    RSS by its id file's size; read here, they stay in the page cache, outside the process."""
+
+    ndim = 2
+
+    def __init__(self, path, dtype, rows: int, limit: int | None = None):
+        self.path, self.dtype = str(path), np.dtype(dtype)
+        size = os.path.getsize(path) // self.dtype.itemsize
+        size = min(size, limit) if limit else size
+        n = size // rows if rows >= 1 else 0
+        if n < 2:
+            raise ValueError(f"{size} tokens cannot fill {rows} streams of at least 2 tokens.")
+        self.shape, self.size = (rows, n), rows * n
+        self._fd = os.open(self.path, os.O_RDONLY)
+
+    def __del__(self):
+        if getattr(self, "_fd", None) is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __getitem__(self, index) -> np.ndarray:
+        rows, cols = index if isinstance(index, tuple) else (index, slice(None))
+        picked = range(self.shape[0])[rows]
+        one = isinstance(picked, int)
+        start, stop, step = cols.indices(self.shape[1])
+        if step != 1:
+            raise IndexError("StreamFile reads contiguous columns only.")
+        width, item = max(stop - start, 0), self.dtype.itemsize
+        out = np.empty((1 if one else len(picked), width), dtype=self.dtype)
+        for i, r in enumerate([picked] if one else picked):
+            out[i] = np.frombuffer(os.pread(self._fd, width * item, (r * self.shape[1] + start) * item), self.dtype)
+        return out[0] if one else out
+
+
+def file_streams(path, dtype, rows: int, limit: int | None = None) -> TokenStreams:
+    """`data.TokenStreams` over a `StreamFile`: the int64 streams of an id file, read a block at a time."""
+    return TokenStreams(StreamFile(path, dtype, rows, limit))
+
+
+class PlaceholderStreams:
+    """`placeholder_streams` of (B, N+1) streams read a block at a time (`file_streams` of `read_unseen_words`' ids, one
+    numbering for the split): each row's unseen words numbered V, V+1, ... in its order of first occurrence, those
+    past its `oov_slots` read as `<unk>`, the numbering made as the columns are first read (in order; a block may
+    start inside the last one read, as `bptt` chunks overlap by one id). Memory: at most `oov_slots` words a row,
+    whatever the length."""
+
+    def __init__(self, streams, vocab_size: int, oov_slots: int, unk_id: int):
+        self.streams, self.V, self.N, self.unk = streams, vocab_size, oov_slots, unk_id
+        self.shape, self.device = streams.shape, None
+        self.slots = [{} for _ in range(streams.shape[0])]  # per row: the split's id -> the row's placeholder id
+        self.numbered = 0  # columns whose first occurrences are numbered
+
+    def numel(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def to(self, device) -> "PlaceholderStreams":
+        self.device = device
+        return self
+
+    def __getitem__(self, index) -> torch.Tensor:
+        rows, cols = index
+        if rows != slice(None):
+            raise IndexError("PlaceholderStreams reads every row at once.")
+        start, stop, _ = cols.indices(self.shape[1])
+        if start > self.numbered:
+            raise IndexError(f"PlaceholderStreams reads its columns in order: {start} after {self.numbered}.")
+        ids = self.streams[:, start:stop].clone()  # renumbered here, never in the streams read (a view of them)
+        unseen, fresh = ids >= self.V, max(self.numbered - start, 0)
+        for b in unseen.any(1).nonzero().flatten().tolist():
+            slots = self.slots[b]
+            for w in ids[b, fresh:][unseen[b, fresh:]].tolist():  # the columns not numbered yet, in order
+                if w not in slots and len(slots) < self.N:
+                    slots[w] = self.V + len(slots)
+            ids[b, unseen[b]] = torch.tensor([slots.get(w, self.unk) for w in ids[b, unseen[b]].tolist()])
+        self.numbered = max(self.numbered, stop)
+        return ids if self.device is None else ids.to(self.device)
 
 
 def _segments(streams: torch.Tensor, length: int):
@@ -126,22 +236,99 @@ def _record(out, y, keep_hidden: bool) -> tuple:
     return y.cpu(), out.target_log_probs.cpu(), vocab, gate, hidden
 
 
-def _stream_outputs(parts: list[tuple]) -> StreamOutputs:
-    return StreamOutputs(*[torch.cat(xs, 1) if xs[0] is not None else None for xs in zip(*parts, strict=True)])
+def concat_outputs(parts: list[StreamOutputs]) -> StreamOutputs:
+    """Chunks' outputs (`stream_outputs`) joined along the streams."""
+    fields = [[getattr(p, f) for p in parts] for f in ("targets", "log_probs", "vocab_log_probs", "gate", "hidden")]
+    return StreamOutputs(*[torch.cat(xs, 1) if xs[0] is not None else None for xs in fields])
 
 
 @torch.no_grad()
-def collect_outputs(model, streams: torch.Tensor, bptt: int = 200, keep_hidden: bool = False, progress=None):
-    """Run the model over (B, N+1) streams with its state carried across chunks (the standard word-LM evaluation)."""
+def stream_outputs(
+    model, streams, bptt: int = 200, keep_hidden: bool = False, progress=None
+) -> Iterator[StreamOutputs]:
+    """The (B, k) outputs of each `bptt` chunk of (B, N+1) streams as it is scored, the model's state carried across
+    chunks (the standard word-LM evaluation): a consumer that keeps running totals (`ScoreTotals`) holds one chunk,
+    never the split. `streams`: a tensor, or streams read a chunk at a time (`data.TokenStreams`: `file_streams`)."""
     model.eval()
-    cache, parts = PointerSentinelCache(), []
+    cache = PointerSentinelCache()
     for x, y in _segments(streams, bptt):
         out = _forward(model, x, y, cache)
         cache = out.past_key_values
-        parts.append(_record(out, y, keep_hidden))
+        yield StreamOutputs(*_record(out, y, keep_hidden))
         if progress is not None:
             progress.update(y.numel())
-    return _stream_outputs(parts)
+
+
+def collect_outputs(model, streams: torch.Tensor, bptt: int = 200, keep_hidden: bool = False, progress=None):
+    """`stream_outputs` of (B, N+1) streams kept whole: per-target outputs, for the analyses that need every target
+    (the cache grid, the frequency buckets, the pictures)."""
+    return concat_outputs(list(stream_outputs(model, streams, bptt, keep_hidden, progress)))
+
+
+class ScoreTotals:
+    """Running totals of a split's per-target outputs, added a chunk at a time (`add`, e.g. `stream_outputs`' chunks):
+    the sums and counts behind the figures of the outputs (perplexity with and without the pointer, the gate's
+    statistics, the <unk>, placeholder and new-word counts of UPP, the bytes of bits per byte), in memory O(`num_ids`),
+    never O(the targets). `columns`: targets per row, so that each target's place in the (B, N) outputs (b * N + t,
+    the order `gate_statistics` breaks ties in) is known chunk by chunk."""
+
+    def __init__(self, num_ids: int, columns: int, unk_id: int | None = None, vocab_size: int | None = None,
+                 byte_table: torch.Tensor | None = None):  # fmt: skip
+        self.columns, self.unk, self.V, self.byte_table = columns, unk_id, vocab_size, byte_table
+        self.targets = self.unk_targets = self.penalised = self.placeholder_targets = self.bytes = self.column = 0
+        self.nll = self.vocab_nll = self.gate = self.pointer_share = 0.0
+        self.share_by_id = torch.zeros(num_ids, dtype=torch.float64)
+        self.count_by_id = torch.zeros(num_ids, dtype=torch.int64)
+        self.first_by_id = torch.full((num_ids,), torch.iinfo(torch.int64).max)
+
+    def add(self, out: StreamOutputs, new_words: torch.Tensor | None = None) -> None:
+        """One chunk's outputs (B, T): the next T targets of every row. `new_words` (B, T): the targets the new-word
+        mass scores besides <unk> (`next_new_words`)."""
+        y = out.targets
+        B, T = y.shape
+        self.targets += y.numel()
+        self.nll -= out.log_probs.double().sum().item()
+        if out.vocab_log_probs is not None:
+            self.vocab_nll -= out.vocab_log_probs.double().sum().item()
+        if out.gate is not None:
+            lp, vlp, g = out.log_probs.double(), out.vocab_log_probs.double(), out.gate.double()
+            share = (1 - torch.exp(g.clamp_min(1e-300).log() + vlp - lp)).clamp(0, 1)  # the pointer's share of p(y)
+            self.gate += g.sum().item()
+            self.pointer_share += share.sum().item()
+            flat = y.flatten()
+            self.share_by_id.index_add_(0, flat, share.flatten())
+            self.count_by_id.index_add_(0, flat, torch.ones_like(flat))
+            place = torch.arange(B)[:, None] * self.columns + self.column + torch.arange(T)[None]
+            self.first_by_id.scatter_reduce_(0, flat, place.flatten(), "amin")
+        if self.unk is not None:
+            is_unk = y == self.unk
+            self.unk_targets += int(is_unk.sum())
+            self.penalised += int((is_unk if new_words is None else is_unk | new_words).sum())
+        if self.V is not None:
+            self.placeholder_targets += int((y >= self.V).sum())
+        if self.byte_table is not None:
+            self.bytes += int(self.byte_table[y].sum())
+        self.column += T
+
+    def perplexity(self, pointer: bool = True) -> float:
+        return perplexity((self.nll if pointer else self.vocab_nll) / self.targets)
+
+    def gate_statistics(self, tokenizer=None, top: int = 20, min_count: int = 20) -> dict:
+        """Mean gate, the share of the targets' probability that came from the pointer, and the words whose
+        probability came mostly from the pointer (those of at least `min_count` targets; ties in order of first
+        occurrence)."""
+        ids = (self.count_by_id >= min_count).nonzero().flatten()
+        ids = ids[self.first_by_id[ids].argsort()]
+        means = self.share_by_id[ids] / self.count_by_id[ids]
+        order = torch.sort(-means, stable=True).indices[:top]
+        name = (lambda i: tokenizer.convert_ids_to_tokens(i)) if tokenizer is not None else str
+        return {
+            "mean_gate": self.gate / self.targets,
+            "mean_pointer_share_of_target_prob": self.pointer_share / self.targets,
+            "top_pointer_words": [
+                (name(int(ids[i])), round(means[i].item(), 3), int(self.count_by_id[ids[i]])) for i in order.tolist()
+            ],  # fmt: skip
+        }
 
 
 def mean_nll(accelerator, model, streams: torch.Tensor, bptt: int = 200, averager=None, desc: str | None = None):
@@ -202,9 +389,33 @@ class NeuralCache:
             raise ValueError(f"Need window >= 1, 0 <= lambda <= 1, chunk >= 1; got {window}, {lam}, {chunk}.")
         self.window, self.theta, self.lam, self.chunk = window, theta, lam, chunk
         self.keys = self.values = None  # rolling memory (B, <= window, D), (B, <= window)
+        self.pending = None  # `stream`'s positions held back until they fill a chunk
 
     def reset(self):
         self.keys = self.values = None
+        self.pending = None
+
+    def stream(self, hidden: torch.Tensor, targets: torch.Tensor, model_log_probs: torch.Tensor) -> torch.Tensor:
+        """`__call__` over a stream given a chunk at a time, in order: the mixed log p(y) (B, k) of the positions up to
+        the last whole `chunk` from the stream's start, the others held back (at most `chunk` - 1) until they fill
+        one or `flush` gives them at the end: the cache's chunks are those of `__call__` on the whole stream, in
+        memory bounded by the window."""
+        held = new = (hidden, targets, model_log_probs)
+        if self.pending is not None:
+            held = tuple(torch.cat(pair, 1) for pair in zip(self.pending, new, strict=True))
+        whole = held[1].shape[1] // self.chunk * self.chunk
+        self.pending = tuple(t[:, whole:] for t in held)
+        return self._mixed(*(t[:, :whole] for t in held))
+
+    def flush(self) -> torch.Tensor:
+        """The positions `stream` holds back, mixed (the stream's last, shorter chunk)."""
+        held, self.pending = self.pending, None
+        return held[2][:, :0] if held is None else self._mixed(*held)
+
+    def _mixed(self, hidden, targets, model_log_probs):
+        if targets.shape[1] == 0:
+            return model_log_probs
+        return self(hidden, targets, model_log_probs)
 
     def __call__(self, hidden: torch.Tensor, targets: torch.Tensor, model_log_probs: torch.Tensor) -> torch.Tensor:
         """hidden (B, T, D), targets (B, T) (the token after each position), model log p(y) (B, T) -> mixed (B, T)."""
@@ -448,19 +659,29 @@ def dynamic_evaluate(
         raise ValueError(f"Need one flat stream of at least 2 ids, got shape {tuple(ids.shape)}.")
     if segment_length < 1:
         raise ValueError(f"segment_length must be >= 1, got {segment_length}.")
+    return concat_outputs(list(dynamic_outputs(model, ids[None], stats, lr, lam, segment_length, epsilon, keep_hidden,
+                                               progress)))  # fmt: skip
+
+
+def dynamic_outputs(model, streams, stats: GradientStatistics, lr: float, lam: float, segment_length: int = 5,
+                    epsilon: float = 2e-5, keep_hidden: bool = False,
+                    progress=None) -> Iterator[StreamOutputs]:  # fmt: skip
+    """`dynamic_evaluate`'s (1, k) outputs segment by segment as they are scored, of one (1, N+1) stream (a tensor, or
+    streams read a block at a time: `file_streams`, `PlaceholderStreams`), for running totals (`ScoreTotals`)."""
+    if segment_length < 1:
+        raise ValueError(f"segment_length must be >= 1, got {segment_length}.")
     m = adaptable_copy(model, stats.objective)
     update = DynamicUpdate(m, stats, lr, lam, epsilon)
-    cache, parts = PointerSentinelCache(), []
-    for x, y in _segments(ids[None].to(next(m.parameters()).device), segment_length):
+    cache = PointerSentinelCache()
+    for x, y in _segments(streams.to(next(m.parameters()).device), segment_length):
         out = _forward(m, x, y, cache)
-        parts.append(_record(out, y, keep_hidden))  # scored before the update that learns from it
+        yield StreamOutputs(*_record(out, y, keep_hidden))  # scored before the update that learns from it
         m.zero_grad(set_to_none=False)  # reuse the gradient buffers
         out.loss.backward()
         update()
         cache = out.past_key_values.detach_()
         if progress is not None:
             progress.update(y.numel())
-    return _stream_outputs(parts)
 
 
 def dynamic_grid_search(
@@ -504,17 +725,7 @@ def bucket_log_ppl_difference(log_probs_a, log_probs_b, buckets, n_buckets: int 
 
 def gate_statistics(outputs: StreamOutputs, tokenizer=None, top: int = 20, min_count: int = 20) -> dict:
     """Mean gate, the share of the targets' probability that came from the pointer, and the words whose probability
-    came mostly from the pointer."""
-    lp, vlp, g = outputs.log_probs.double(), outputs.vocab_log_probs.double(), outputs.gate.double()
-    pointer_share = (1 - torch.exp(g.clamp_min(1e-300).log() + vlp - lp)).clamp(0, 1)  # of p(y)
-    by_word: dict[int, list[float]] = {}
-    for w, s in zip(outputs.targets.flatten().tolist(), pointer_share.flatten().tolist(), strict=True):
-        by_word.setdefault(w, []).append(s)
-    words = [(w, sum(v) / len(v), len(v)) for w, v in by_word.items() if len(v) >= min_count]
-    words.sort(key=lambda r: -r[1])
-    name = (lambda i: tokenizer.convert_ids_to_tokens(i)) if tokenizer is not None else str
-    return {
-        "mean_gate": g.mean().item(),
-        "mean_pointer_share_of_target_prob": pointer_share.mean().item(),
-        "top_pointer_words": [(name(w), round(s, 3), n) for w, s, n in words[:top]],
-    }
+    came mostly from the pointer (`ScoreTotals.gate_statistics` of the outputs)."""
+    totals = ScoreTotals(int(outputs.targets.max()) + 1, outputs.targets.shape[1])
+    totals.add(outputs)
+    return totals.gate_statistics(tokenizer, top, min_count)

@@ -239,6 +239,15 @@ def bits_per_byte_by_kind(nats: torch.Tensor, kinds: list[str], word_bytes: torc
     return result
 
 
+def vocabulary_bytes(tokenizer, V: int) -> torch.Tensor:
+    """(V,) int64: each vocabulary word's bytes as bits per byte counts them, its UTF-8 bytes and one separator;
+    `<eos>` 0 (the line break is the separator of the word before it). A spelled word counts its spelled bytes and
+    one separator (`spelled_words`)."""
+    table = torch.tensor([len(t.encode()) + 1 for t in tokenizer.convert_ids_to_tokens(list(range(V)))])
+    table[tokenizer.eos_token_id] = 0
+    return table
+
+
 @torch.no_grad()
 def text_bits_per_byte(model: PointerSentinelForCausalLM, tokenizer, ids: torch.Tensor, batch_size: int = 10,
                        bptt: int = 200) -> dict:  # fmt: skip
@@ -251,9 +260,8 @@ def text_bits_per_byte(model: PointerSentinelForCausalLM, tokenizer, ids: torch.
     owner, kinds, spelled = spelled_words(ids.tolist(), V, L)
     word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
     word_ids[owner[ids < V]] = ids[ids < V]
-    vocab_bytes = torch.tensor([len(t.encode()) + 1 for t in tokenizer.convert_ids_to_tokens(list(range(V)))])
-    vocab_bytes[tokenizer.eos_token_id] = 0  # the line break: the separator of the word before it
-    word_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
+    word_bytes = torch.where(word_ids >= 0, vocabulary_bytes(tokenizer, V)[word_ids.clamp(min=0)],
+                             torch.tensor(spelled) + 1)  # fmt: skip
     training = model.training
     nats = word_nats(model.eval(), ids, owner, batch_size, bptt)
     model.train(training)

@@ -433,8 +433,8 @@ MUTS = [
     (
         "memmap data: evaluate.py loads the split it evaluates whole",
         "examples/evaluate.py",
-        "            return streams_for(self.mapped[split], batch_size, self.args.max_tokens)",
-        "            return streams_for(torch.tensor(self.mapped[split]), batch_size, self.args.max_tokens)",
+        "            return file_streams(self.files[split], self.mapped[split].dtype, batch_size, limit)",
+        '            return shard_streams(torch.from_numpy(self.mapped[split].astype("int64"))[:limit], batch_size)',
         ["tests/test_data_cache.py::test_train_and_evaluate_convert_one_batch_at_a_time"],
     ),
     (
@@ -633,8 +633,8 @@ MUTS = [
     (
         "unknown-penalised perplexity: <unk> not shared by its types",
         E,
-        "log_p = outputs.log_probs.double() - penalised.double() * math.log(k)",
-        "log_p = outputs.log_probs.double()",
+        "    mean_nll = (nll + penalised_targets * math.log(k)) / targets",
+        "    mean_nll = nll / targets",
         ["tests/test_evaluation.py"],
     ),
     (
@@ -786,9 +786,9 @@ MUTS = [
     ),
     (
         "spelled evaluation: a line break counted as a byte of its own besides the separator it is",
-        "examples/evaluate.py",
-        "    table[tok.eos_token_id] = 0",
-        "    table[tok.eos_token_id] = 1",
+        "modeling_pointer_sentinel/spelling.py",
+        "    table[tokenizer.eos_token_id] = 0",
+        "    table[tokenizer.eos_token_id] = 1",
         ["tests/test_evaluate_spelled.py"],
     ),
     (
@@ -1548,9 +1548,9 @@ MUTS = [
     (
         "dynamic: peeks (updates on a segment before scoring it)",
         E,
-        "out = _forward(m, x, y, cache)\n        parts.append(",
+        "out = _forward(m, x, y, cache)\n        yield StreamOutputs(",
         "peek = _forward(m, x, y, copy.deepcopy(cache))\n        m.zero_grad(set_to_none=False)\n"
-        "        peek.loss.backward()\n        update()\n        out = _forward(m, x, y, cache)\n        parts.append(",
+        "        peek.loss.backward()\n        update()\n        out = _forward(m, x, y, cache)\n        yield StreamOutputs(",
         DYN,
     ),
     ("dynamic: step sign inverted", E, "step.addcmul_(scale, p.grad, value=-1)", "step.addcmul_(scale, p.grad)", DYN),
@@ -2123,8 +2123,8 @@ MUTS = [
     (
         "dynamic evaluation + cache: the cache chosen on the split scored",
         "examples/evaluate.py",
-        '        if args.split != "validation":',
-        "        if False:",
+        '    grid_on_split = need_hidden and args.cache_grid and args.split == "validation"',
+        "    grid_on_split = need_hidden and args.cache_grid",
         [
             "tests/test_dynamic_evaluation.py::test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs"
         ],
@@ -2141,8 +2141,8 @@ MUTS = [
     (
         "dynamic evaluation + cache: its grid on the static model's validation states",
         "examples/evaluate.py",
-        "val = dynamic_evaluate(model, val_ids, stats, lr, lam, segment,",
-        "val = dynamic_evaluate(model, val_ids, stats, 0.0, 0.0, segment,",
+        "dynamic_outputs(model, val_ids, stats, lr, lam, segment,",
+        "dynamic_outputs(model, val_ids, stats, 0.0, 0.0, segment,",
         [
             "tests/test_dynamic_evaluation.py::test_the_cache_on_dynamic_evaluation_is_chosen_on_the_adapting_models_validation_outputs"
         ],
@@ -2596,15 +2596,15 @@ MUTS = [
     (
         "cache grid tuned on the test split",
         "examples/evaluate.py",
-        'val = out if args.split == "validation" else run(model, "validation")',
-        "val = out",
+        'val = score(model, reading, "validation", args,',
+        "val = score(model, reading, args.split, args,",
         ["tests/test_evaluation.py"],
     ),
     (
         "dynamic grid tuned on the test split",
         "examples/evaluate.py",
-        'val = ids["validation"][: args.dynamic_grid_tokens + 1]',
-        "val = ids[args.split][: args.dynamic_grid_tokens + 1]",
+        'val = reading.streams("validation", 1, args.dynamic_grid_tokens + 1)',
+        "val = reading.streams(args.split, 1, args.dynamic_grid_tokens + 1)",
         DYN,
     ),
     (
@@ -4001,8 +4001,8 @@ MUTS += [  # issue 54 part 5: evaluate.py on raw text (unseen words as placehold
     (
         "raw text: the literal <unk> rate counts the unseen words past a stream's slots",
         "examples/evaluate.py",
-        "unk_targets=int(literal.sum()),",
-        "unk_targets=int((targets == unk).sum()),",
+        "placeholders, literal = t.placeholder_targets, scored.literal_unk",
+        "placeholders, literal = t.placeholder_targets, t.unk_targets",
         [ERT],
     ),
     (
@@ -4022,15 +4022,15 @@ MUTS += [  # issue 54 part 5: evaluate.py on raw text (unseen words as placehold
     (
         "raw text: UPP divides repeats by the type count too",
         E,
-        "    return (y >= vocab_size) & (y - vocab_size == used)\n",
-        "    return (y >= vocab_size) & (y - vocab_size <= used)\n",
+        "    return (y >= vocab_size) & (y - vocab_size == k), k[:, -1]\n",
+        "    return (y >= vocab_size) & (y - vocab_size <= k), k[:, -1]\n",
         [ERT],
     ),
     (
         "raw text: UPP counts types as if the spellings were lost",
         "examples/evaluate.py",
-        '            spelled = dict(new_words=new, unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])\n',
-        '            spelled = dict(new_words=new, literal_unk_targets=u["unk_targets"])\n',
+        '            spelled = dict(unseen_types=u["distinct_unseen_words"], literal_unk_targets=u["unk_targets"])\n',
+        '            spelled = dict(literal_unk_targets=u["unk_targets"])\n',
         [ERT],
     ),
     (
@@ -4043,8 +4043,8 @@ MUTS += [  # issue 54 part 5: evaluate.py on raw text (unseen words as placehold
     (
         "raw text: corpus text without unseen words read and reported as placeholders",
         "examples/evaluate.py",
-        "                found = (flat, words) if words else None\n",
-        "                found = (flat, words)\n",
+        "                if out is None and index:  # the first unseen word",
+        "                if out is None:  # the first unseen word",
         [ERT],
     ),
     (
@@ -4064,8 +4064,8 @@ MUTS += [  # issue 54 part 5: evaluate.py on raw text (unseen words as placehold
     (
         "raw text: the reading is not checked against the token cache",
         "examples/evaluate.py",
-        "                if closed.shape != cached.shape or not torch.equal(closed, cached):\n",
-        "                if False:\n",
+        "            if not same:\n",
+        "            if False:\n",
         [ERT],
     ),
 ]
@@ -4564,9 +4564,8 @@ MUTS += [  # issue part 3, one line, not a traceback: bad input past the command
     (
         "demo spelled: an empty field read as 0",
         DEMO,
-        "        if value is None or (isinstance(value, str) and not value.strip()):",
-        "        if value is None or (isinstance(value, str) and not value.strip()):\n            value = 0\n"
-        "        if False:",
+        "    if value is None or (isinstance(value, str) and not value.strip()):",
+        "    if value is None or (isinstance(value, str) and not value.strip()):\n        value = 0\n    if False:",
         [f"{TA}::test_bad_input_is_a_message", BROWSER],
     ),
     (
@@ -4750,13 +4749,16 @@ MUTS += [  # the shipped folders spell (issue: ids that carry the text, part 5)
     ),
 ]
 
+
 MUTS += [  # hardening part 4b: `logits` keep no -inf
     (
         "finite logits: an impossible column is -inf again, so a hand-written entropy is NaN",
         M,
         "return None if logits is None else logits.clamp_min(torch.finfo(logits.dtype).min)",
         "return logits",
-        ["tests/test_logits_every_target.py::test_a_hand_written_entropy_of_logits_is_finite_and_cross_entropy_still_equals_the_loss"],
+        [
+            "tests/test_logits_every_target.py::test_a_hand_written_entropy_of_logits_is_finite_and_cross_entropy_still_equals_the_loss"
+        ],
     ),
     (
         "app concurrency: --concurrency 0 reaches Gradio's queue",
@@ -4766,6 +4768,86 @@ MUTS += [  # hardening part 4b: `logits` keep no -inf
         ["tests/test_cli.py::test_scripts_check_their_command_line_before_importing_torch"],
     ),
 ]
+
+MUTS += [  # issue 59 part 7: baselines that spell everything (byte and BPE LSTMs), their bits per byte
+    (
+        "baselines: byte ids are no longer the bytes' values",
+        "modeling_pointer_sentinel/baselines.py",
+        "vocab={c: b for b, c in enumerate(byte_chars())}",
+        "vocab={c: b for b, c in enumerate(sorted(byte_chars()))}",
+        ["tests/test_baselines.py::test_byte_tokenizer_round_trip"],
+    ),
+    (
+        "baselines: raw lines keep their spaces at both ends",
+        "modeling_pointer_sentinel/baselines.py",
+        'normalizers.Sequence([normalizers.Replace(Regex(r"\\s+"), " "), normalizers.Strip()])',
+        'normalizers.Replace(Regex(r"\\s+"), " ")',
+        ["tests/test_baselines.py::test_tokenizers_write_lines_as_the_word_corpus_does"],
+    ),
+    (
+        "baselines: the line break counts no byte, so the tokens no longer spell the text",
+        "modeling_pointer_sentinel/baselines.py",
+        "[1 if i == eos else len(t) for",
+        "[0 if i == eos else len(t) for",
+        [
+            "tests/test_baselines.py::test_byte_tokenizer_round_trip",
+            "tests/test_baselines.py::test_bpe_tokenizer_round_trip",
+        ],
+    ),
+    (
+        "baselines: the first word is scored, unlike the word models' first word",
+        "modeling_pointer_sentinel/baselines.py",
+        "    out[owners[~scored]] = math.nan  # the first word owns the first token, which has no context\n",
+        "",
+        [
+            "tests/test_baselines.py::test_uniform_byte_model_scores_exactly_8_bits_per_byte",
+            "tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop",
+        ],
+    ),
+    (
+        "baselines: scoring drops the state between chunks",
+        "modeling_pointer_sentinel/baselines.py",
+        "out = model(x[:, :-1], past_key_values=cache)",
+        "out = model(x[:, :-1])",
+        ["tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop"],
+    ),
+    (
+        "baselines: a word's separator goes to the next word",
+        "modeling_pointer_sentinel/baselines.py",
+        "owner += [j] * (len(w.encode()) + 1)",
+        "owner += [j] * len(w.encode()) + [j + 1]",
+        ["tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop"],
+    ),
+    (
+        "baselines: bits per byte divide by every word's bytes, the unscored first word's too",
+        "modeling_pointer_sentinel/baselines.py",
+        "total = int(nbytes[scored].sum())",
+        "total = int(nbytes.sum())",
+        ["tests/test_baselines.py::test_uniform_byte_model_scores_exactly_8_bits_per_byte"],
+    ),
+    (
+        "baselines: the same train command no longer resumes the run",
+        "examples/baselines.py",
+        '"--resume_from_checkpoint", "latest",',
+        "",
+        ["tests/test_baselines.py::test_resume_of_a_baseline_run_is_exact"],
+    ),
+    (
+        "baselines: score reads a word unseen in training as seen once",
+        "examples/baselines.py",
+        "counts = torch.tensor([train_counts.get(w, 0) for w in words])",
+        "counts = torch.tensor([train_counts.get(w, 1) for w in words])",
+        ["tests/test_baselines.py::test_score_command_reports_the_library_figure_split_by_training_count"],
+    ),
+    (
+        "baselines: score of a folder that is no run is a traceback",
+        "examples/baselines.py",
+        'if args.command != "train" and not (Path(args.run) / "config.json").is_file():',
+        "if False:",
+        ["tests/test_baselines.py::test_bad_input_is_one_line"],
+    ),
+]
+
 MUTS += [  # issue 61: the pointer in any browser (examples/export_web.py, web/, tests/test_web_page.py)
     (
         "web page: the JS tokenizer reads \\w as ASCII",
@@ -4845,13 +4927,17 @@ MUTS += [  # issue 61: the pointer in any browser (examples/export_web.py, web/,
         ["tests/test_web_page.py::test_export_web_refuses_bad_folders_in_one_line"],
     ),
 ]
+
 MUTS += [  # issue 60 parts 5 and 6: the demo under load (benchmarks/load.py), repetition and the shipped decoding
     (
         "repetition: a 4-gram's first occurrence counts as a repeat",
         "examples/repetition.py",
         "        repeats += gram in seen",
         "        repeats += gram in seen or not repeats",
-        ["tests/test_repetition.py::test_the_share_by_hand", "tests/test_repetition.py::test_the_share_against_the_slow_reference"],
+        [
+            "tests/test_repetition.py::test_the_share_by_hand",
+            "tests/test_repetition.py::test_the_share_against_the_slow_reference",
+        ],
     ),
     (
         "repetition: a spelled word's bytes count as words",
@@ -4879,7 +4965,10 @@ MUTS += [  # issue 60 parts 5 and 6: the demo under load (benchmarks/load.py), r
         "pretrained/wt2-pointer-sentinel-lstm-2x200/generation_config.json",
         '  "do_sample": true,\n',
         '  "do_sample": false,\n',
-        ["tests/test_repetition.py::test_the_shipped_generation_config_carries_the_chosen_setting", "tests/test_repetition.py::test_generate_honours_the_shipped_setting"],
+        [
+            "tests/test_repetition.py::test_the_shipped_generation_config_carries_the_chosen_setting",
+            "tests/test_repetition.py::test_generate_honours_the_shipped_setting",
+        ],
     ),
     (
         "repetition: the fast decode step skips top-k",
@@ -4917,40 +5006,56 @@ MUTS += [  # issue 60 parts 5 and 6: the demo under load (benchmarks/load.py), r
         ["tests/test_load.py::test_sampling_at_once_draws_as_each_alone"],
     ),
 ]
-MUTS += [  # issue 59 part 7: baselines that spell everything (byte and BPE LSTMs), their bits per byte
-    ("baselines: byte ids are no longer the bytes' values", "modeling_pointer_sentinel/baselines.py",
-     "vocab={c: b for b, c in enumerate(byte_chars())}", "vocab={c: b for b, c in enumerate(sorted(byte_chars()))}",
-     ["tests/test_baselines.py::test_byte_tokenizer_round_trip"]),
-    ("baselines: raw lines keep their spaces at both ends", "modeling_pointer_sentinel/baselines.py",
-     'normalizers.Sequence([normalizers.Replace(Regex(r"\\s+"), " "), normalizers.Strip()])',
-     'normalizers.Replace(Regex(r"\\s+"), " ")', ["tests/test_baselines.py::test_tokenizers_write_lines_as_the_word_corpus_does"]),
-    ("baselines: the line break counts no byte, so the tokens no longer spell the text", "modeling_pointer_sentinel/baselines.py",
-     "[1 if i == eos else len(t) for", "[0 if i == eos else len(t) for",
-     ["tests/test_baselines.py::test_byte_tokenizer_round_trip", "tests/test_baselines.py::test_bpe_tokenizer_round_trip"]),
-    ("baselines: the first word is scored, unlike the word models' first word", "modeling_pointer_sentinel/baselines.py",
-     "    out[owners[~scored]] = math.nan  # the first word owns the first token, which has no context\n", "",
-     ["tests/test_baselines.py::test_uniform_byte_model_scores_exactly_8_bits_per_byte",
-      "tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop"]),
-    ("baselines: scoring drops the state between chunks", "modeling_pointer_sentinel/baselines.py",
-     "out = model(x[:, :-1], past_key_values=cache)", "out = model(x[:, :-1])",
-     ["tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop"]),
-    ("baselines: a word's separator goes to the next word", "modeling_pointer_sentinel/baselines.py",
-     "owner += [j] * (len(w.encode()) + 1)", "owner += [j] * len(w.encode()) + [j + 1]",
-     ["tests/test_baselines.py::test_bits_per_byte_is_minus_log2_p_over_bytes_by_a_slow_loop"]),
-    ("baselines: bits per byte divide by every word's bytes, the unscored first word's too", "modeling_pointer_sentinel/baselines.py",
-     "total = int(nbytes[scored].sum())", "total = int(nbytes.sum())",
-     ["tests/test_baselines.py::test_uniform_byte_model_scores_exactly_8_bits_per_byte"]),
-    ("baselines: the same train command no longer resumes the run", "examples/baselines.py",
-     '"--resume_from_checkpoint", "latest",', "",
-     ["tests/test_baselines.py::test_resume_of_a_baseline_run_is_exact"]),
-    ("baselines: score reads a word unseen in training as seen once", "examples/baselines.py",
-     "counts = torch.tensor([train_counts.get(w, 0) for w in words])",
-     "counts = torch.tensor([train_counts.get(w, 1) for w in words])",
-     ["tests/test_baselines.py::test_score_command_reports_the_library_figure_split_by_training_count"]),
-    ("baselines: score of a folder that is no run is a traceback", "examples/baselines.py",
-     'if args.command != "train" and not (Path(args.run) / "config.json").is_file():', "if False:",
-     ["tests/test_baselines.py::test_bad_input_is_one_line"]),
+
+
+MUTS += [  # issue 60 part 7: evaluate.py scores a split in bounded memory (tests/test_evaluate_streaming.py)
+    (
+        "streaming: evaluate.py keeps every target's outputs",
+        "examples/evaluate.py",
+        "    keep = bool(args.compare or args.plots)",
+        "    keep = True",
+        ["tests/test_evaluate_streaming.py::test_a_text_four_times_longer_does_not_raise_the_peak_memory"],
+    ),
+    (
+        "streaming: the placeholder numbering writes into the streams it reads",
+        E,
+        "        ids = self.streams[:, start:stop].clone()",
+        "        ids = self.streams[:, start:stop]",
+        ["tests/test_evaluate_streaming.py::test_placeholder_streams_number_each_row_as_the_whole_split_does"],
+    ),
+    (
+        "streaming: the new-word history restarts at each chunk",
+        E,
+        "    return (y >= vocab_size) & (y - vocab_size == k), k[:, -1]\n",
+        "    return (y >= vocab_size) & (y - vocab_size == k), used\n",
+        ["tests/test_evaluate_streaming.py::test_new_word_targets_chunk_by_chunk_are_those_of_the_whole_streams"],
+    ),
+    (
+        "streaming: the streamed neural cache drops the positions it held back",
+        E,
+        "        if self.pending is not None:\n            held = tuple(",
+        "        if False:\n            held = tuple(",
+        [
+            "tests/test_evaluate_streaming.py::"
+            "test_the_neural_cache_streamed_in_chunks_scores_each_position_as_on_the_whole_stream"
+        ],
+    ),
+    (
+        "streaming: the running totals' pointer-off NLL sums the mixture",
+        E,
+        "            self.vocab_nll -= out.vocab_log_probs.double().sum().item()",
+        "            self.vocab_nll -= out.log_probs.double().sum().item()",
+        ["tests/test_evaluate_streaming.py::test_running_totals_give_the_whole_outputs_figures"],
+    ),
+    (
+        "streaming: positional reads start one id late",
+        E,
+        "(r * self.shape[1] + start) * item",
+        "(r * self.shape[1] + start + 1) * item",
+        ["tests/test_evaluate_streaming.py::test_file_streams_read_the_streams_shard_streams_cuts"],
+    ),
 ]
+
 
 def failures(work, env, tests) -> list[str]:
     """The tests of `tests` that fail in the copy `work`."""

@@ -206,8 +206,13 @@ def test_a_reading_that_differs_from_the_token_cache_is_one_error_line(folder, t
     tokenizer out of step with the cache) stops with one error line, before anything is scored."""
     script = sys.modules[evaluate_script().__module__]  # examples/evaluate.py, as the other tests run it
     (tmp_path / "raw.txt").write_text(raw_text(5, literal_unk=False))
-    read = script.read_unseen_words
-    monkeypatch.setattr(script, "read_unseen_words", lambda *a: (lambda ids, words: (ids[1:], words))(*read(*a)))
+    read = script.unseen_word_batches
+
+    def lost_a_token(*args):  # the reading, a batch at a time, with its first id lost
+        for i, ids in enumerate(read(*args)):
+            yield ids[1:] if i == 0 else ids
+
+    monkeypatch.setattr(script, "unseen_word_batches", lost_a_token)
     with pytest.raises(SystemExit) as stop:
         evaluate(folder, tmp_path / "raw.txt", "--batch_size", "1")
     err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
