@@ -4761,10 +4761,11 @@ MUTS += [  # hardening part 4b: `logits` keep no -inf
         ],
     ),
     (
-        "app concurrency: --concurrency 0 reaches Gradio's queue",
+        # (letting 0 through starts the server, so the test would hang rather than fail: the message stands in)
+        "app concurrency: --concurrency 0's line no longer names the range",
         "examples/app.py",
         '("--concurrency", lambda v: 1 <= v <= 64, "in [1, 64]")',
-        '("--concurrency", lambda v: True, "in [1, 64]")',
+        '("--concurrency", lambda v: 1 <= v <= 64, "in range")',
         ["tests/test_cli.py::test_scripts_check_their_command_line_before_importing_torch"],
     ),
 ]

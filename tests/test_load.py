@@ -8,25 +8,13 @@ import importlib
 import importlib.util
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 
 import pytest
 import torch
 from conftest import ROOT
-
-
-def require(module: str):
-    """The module, or a skip; under CI a missing one fails, so CI always runs these tests (as tests/test_app.py)."""
-    if os.environ.get("CI") == "true":
-        return importlib.import_module(module)
-    return pytest.importorskip(module)
-
-
-require("gradio")
-sys.path.insert(0, str(ROOT / "examples"))
-import app  # noqa: E402
+from test_app import app, require  # the page, or a skip (under CI a missing gradio fails)
 
 # by its path: benchmarks/ on sys.path would put benchmarks/app.py in the page's place
 _spec = importlib.util.spec_from_file_location("benchmarks_load", ROOT / "benchmarks" / "load.py")
