@@ -265,7 +265,9 @@ class PointerSentinelLogitsProcessor(LogitsProcessor):
         if self.stash.log_gate is None:
             raise ValueError("PointerSentinelLogitsProcessor needs a forward pass that filled its PointerStash.")
         mixed, places = self.model._mix_stashed(scores, self.stash), self.stash.placeholders
-        return suppress_new_slot(mixed, places.first, places.n, places.used) if self.stash.suppress_new_slot else mixed
+        if self.stash.suppress_new_slot:  # columns in token-id order: the placeholders follow the vocabulary
+            mixed = suppress_new_slot(mixed, self.model.config.vocab_size, places.n, places.used)
+        return mixed
 
 
 def suppress_new_slot(scores: torch.Tensor, first: int, n: int, used: torch.Tensor | None) -> torch.Tensor:

@@ -186,9 +186,20 @@ def test_bad_settings_raise_one_clear_error(kw, match):
         tiny_config(**kw)
 
 
-def test_resizing_the_vocabulary_is_refused():
-    with pytest.raises(ValueError, match="cannot resize the adaptive softmax"):
-        adaptive_model().resize_token_embeddings(30)
+def test_added_tokens_join_the_last_cluster():
+    """The head and the other clusters keep their shapes; the last cluster's output rows and biases grow, and the
+    adaptive softmax still normalises over every word."""
+    model = adaptive_model().eval()
+    head = model.lm_head
+    shapes = [p.shape for p in (head.head_bias, head.cluster_weight, *head.tail_proj, *head.tail_weight[:-1])]
+    last = head.tail_weight[-1].shape[0]
+    model.resize_token_embeddings(30)
+    assert head.cutoffs[-1] == 30 and head.tail_weight[-1].shape[0] == head.tail_bias[-1].shape[0] == last + 7
+    assert [p.shape for p in (head.head_bias, head.cluster_weight, *head.tail_proj, *head.tail_weight[:-1])] == shapes
+    with torch.no_grad():
+        log_p = head(torch.randn(4, model.config.output_size))
+    assert log_p.shape == (4, 30)
+    torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(4), atol=1e-6, rtol=0)
 
 
 def test_frequency_order_check():

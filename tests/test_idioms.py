@@ -191,12 +191,21 @@ def test_generate_script(capsys):
     clean(capsys.readouterr().out, "Quarrington", RIVER)
 
 
-def test_add_tokens_then_resize_is_one_clear_error(model):
-    """A new token would take a byte's id: the model says so rather than read bytes as new words."""
+def test_add_tokens_then_resize_token_embeddings(tok, model):
+    """The added token is a word of the model, its id after the spelling: text without it generates as before, and
+    a prompt that holds it and an unseen name decodes back as written, its continuation copying the name."""
     other = fresh()
     other.add_tokens(["<speaker>"])
-    with pytest.raises(ValueError, match="ids after the vocabulary are bytes"):
-        model.resize_token_embeddings(len(other))
+    resized = copy.deepcopy(model)
+    resized.resize_token_embeddings(len(other))
+    enc = tok(RIVER, return_tensors="pt")
+    assert greedy(resized, enc).tolist() == greedy(model, enc).tolist()
+    prompt = RIVER.replace("river. The", "river. <speaker> The")
+    enc = other(prompt, return_tensors="pt")
+    assert enc["input_ids"][0].tolist().count(len(other) - 1) == 1
+    text = other.decode(greedy(resized, enc)[0])
+    assert text.startswith(prompt)
+    clean(text, "Quarrington", prompt)
 
 
 @pytest.fixture(scope="module")

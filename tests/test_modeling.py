@@ -230,8 +230,9 @@ def test_outputs_follow_transformers_conventions():
 def test_resize_token_embeddings():
     model = tiny_model(tie_word_embeddings=True)
     assert model.lm_head.weight is model.model.embed_tokens.weight
-    model.resize_token_embeddings(30)
-    assert model.config.vocab_size == 30 and model.lm_head.weight.shape == (30, 8)
+    model.resize_token_embeddings(30)  # 7 added tokens: words 23 ... 29 (no placeholders between)
+    assert model.config.vocab_size == 23 and model.config.added_tokens == 7 and model.config.num_words == 30
+    assert model.lm_head.weight.shape == (30, 8) and model.lm_head.out_features == 30
     assert model.lm_head.weight is model.model.embed_tokens.weight
     ids = torch.tensor([[29, 1, 29]])
     assert model(ids).logits.shape == (1, 3, 30)

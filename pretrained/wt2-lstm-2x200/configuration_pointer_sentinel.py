@@ -46,7 +46,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     An LSTM language model with a pointer over its last `pointer_window` hidden states, mixed with the
     vocabulary softmax by a sentinel gate. Every regulariser defaults to off, so a bare config is the plain model.
 
-    vocab_size (`int`): words in the vocabulary (10,000 for PTB, 33,278 for WikiText-2).
+    vocab_size (`int`): words in the vocabulary (10,000 for PTB, 33,278 for WikiText-2), added tokens not counted.
     embedding_size (`int`): width of the word embeddings; may differ from `hidden_size` (AWD-LSTM style).
     hidden_size (`int`): units of every LSTM layer but the last (see `output_size`).
     num_hidden_layers (`int`): LSTM layers (alias `num_layers`).
@@ -95,6 +95,10 @@ class PointerSentinelConfig(PreTrainedConfig):
         spelled, and their share of p_vocab goes to `<unk>`'s, the unseen-word mass, so the model is a K-word model
         with a speller (an open-vocabulary protocol: its figures on a corpus measure the speller on real words). 0
         (the default) keeps the whole vocabulary.
+    added_tokens (`int`): tokens added to the tokenizer after its words and the ids above (`tokenizer.add_tokens`,
+        then `model.resize_token_embeddings(len(tokenizer))`, which sets it): words of the model's own, whose ids
+        follow the placeholders or the spelling symbols and whose rows follow the vocabulary's in the word tables
+        (`num_words`; with the adaptive softmax, in its last cluster). 0 (the default): none.
     """
 
     model_type = "pointer_sentinel_lstm"
@@ -127,6 +131,7 @@ class PointerSentinelConfig(PreTrainedConfig):
     unk_token_id: int | None = None
     speller_size: int = 0
     vocab_limit: int = 0
+    added_tokens: int = 0
     pad_token_id: int | None = None
     bos_token_id: int | None = None
     eos_token_id: int | None = None
@@ -141,6 +146,11 @@ class PointerSentinelConfig(PreTrainedConfig):
     def output_size(self) -> int:
         """Width of h_t, the last LSTM layer's output that feeds the softmax and the pointer."""
         return self.embedding_size if self.tie_word_embeddings else self.hidden_size
+
+    @property
+    def num_words(self) -> int:
+        """Rows of the word tables (embedding, output layer): the vocabulary, then the added tokens."""
+        return self.vocab_size + self.added_tokens
 
     def validate_architecture(self):
         """Raise a clear ValueError for any setting the model cannot run with."""
@@ -187,6 +197,11 @@ class PointerSentinelConfig(PreTrainedConfig):
             raise ValueError(
                 f"vocab_limit={self.vocab_limit} needs the speller and must lie above <eos> and <unk> and below "
                 f"vocab_size={self.vocab_size}."
+            )
+        if self.added_tokens < 0 or self.added_tokens and self.vocab_limit:
+            raise ValueError(
+                f"added_tokens must be >= 0, and 0 with vocab_limit (a K-word model spells every other word), got "
+                f"added_tokens={self.added_tokens}, vocab_limit={self.vocab_limit}."
             )
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "unk_token_id"):
             value = getattr(self, name)

@@ -32,7 +32,9 @@ implementations of the mixture; forward, the logits processor and evaluation use
 (`config.oov_slots`): ids V ... V+N-1 are placeholders for a text's unseen words; each reads <unk>'s embedding (or, with
 `config.oov_pointer`, the placeholders' own, and the pointer scores them with its own queries of each one and of the
 state before it), the pointer copies it (2.4), and <unk>'s vocabulary share is split between them and a new word
-(`split_unknown`).
+(`split_unknown`). Tokens added to the tokenizer (`config.added_tokens`, `resize_token_embeddings`) are words: rows
+after the vocabulary's, their ids after the placeholders or spelling symbols, renumbered where ids come in and columns
+go out (`model_ids`, `id_order`).
 """
 
 import copy
@@ -330,7 +332,7 @@ class AdaptiveSoftmax(nn.Module):
     def __init__(self, config: PointerSentinelConfig):
         super().__init__()
         d, cut = config.output_size, config.adaptive_softmax_cutoffs
-        self.cutoffs = [*cut, config.vocab_size]
+        self.cutoffs = [*cut, config.num_words]  # the added tokens join the last cluster
         sizes = [b - a for a, b in pairwise(self.cutoffs)]
         widths = [int(d // config.adaptive_softmax_div_value ** (i + 1)) for i in range(len(cut))]
         self.weight = nn.Parameter(torch.empty(cut[0], d))
@@ -397,7 +399,7 @@ class Placeholders(NamedTuple):
 
     @classmethod
     def of(cls, config) -> "Placeholders | None":
-        return cls(config.vocab_size, config.oov_slots, config.unk_token_id) if config.oov_slots else None
+        return cls(config.num_words, config.oov_slots, config.unk_token_id) if config.oov_slots else None
 
     def history(self, ids: torch.Tensor, valid: torch.Tensor, used: torch.Tensor, unk_count: torch.Tensor):
         """(k, n_unk) after each position of ids (B, T) (padding, valid False, counts for nothing), from the (B,)
@@ -747,14 +749,16 @@ class PointerSentinelModelOutput(ModelOutput):
 class PointerSentinelCausalLMOutput(ModelOutput):
     """
     loss: mean -log p(y) of the mixture over counted targets (+ pointer_loss_weight * pointer_loss).
-    logits (B, T', V): log p_mix, normalised (so softmax(logits) is the model's distribution); plain vocabulary
-        logits when `use_pointer=False` (log p_vocab with the adaptive softmax). T' follows `logits_to_keep`. None
+    logits (B, T', V'): log p_mix, normalised (so softmax(logits) is the model's distribution); plain vocabulary
+        logits when `use_pointer=False` (log p_vocab with the adaptive softmax). Column j is id j: the vocabulary, the
+        placeholders or spelling symbols, the added tokens (`mixture_size`). T' follows `logits_to_keep`. None
         in a training-mode call with labels: the loss needs no vocabulary-sized mixture (§2.6), as transformers'
         fused-loss forwards skip logits there.
     past_key_values (`PointerSentinelCache`): recurrent state and pointer window after this call.
     hidden_states: the embeddings and every LSTM layer's outputs, when requested.
     vocab_logits (B, T', V): U h_t + b, the RNN softmax component (None where `logits` is); with the adaptive
-        softmax, log p_vocab itself (normalised: its softmax is p_vocab).
+        softmax, log p_vocab itself (normalised: its softmax is p_vocab). With added tokens, in id order as `logits`,
+        -inf on the placeholders or spelling symbols.
     gate (B, T): g, the sentinel's share (1 where `use_pointer=False`).
     pointer_attention (B, T, L): a on positions t-L+1 ... t (oldest first, current last), 0 where no token.
     pointer_loss: mean -log(g + sum_{x_i = y} a_i) over counted targets (paper section 2.5).
@@ -819,6 +823,73 @@ class PointerSentinelPreTrainedModel(PreTrainedModel):
         return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:  # fmt: skip
+        """`tokenizer.add_tokens(...)`, then `resize_token_embeddings(len(tokenizer))`: each added token becomes a word
+        of the model, a new row of its word tables (with the adaptive softmax, of its last cluster, the rarest words';
+        `config.added_tokens` counts them), its id after the placeholders or the spelling symbols, as the tokenizer
+        numbers it. A smaller size drops the last added words; one that would cut into the vocabulary, the
+        placeholders or the spelling symbols is refused.
+
+        New rows: an input row is the old rows' mean (`mean_resizing`, transformers' default, without its noise) or,
+        with mean_resizing=False, drawn as `_init_weights` draws them. An output row of the full softmax (the input
+        row where tied) or of the last cluster is its softmax's mean row, with a bias ADDED_WORD_MARGIN below the mean
+        bias: its logit is then the old logits' mean less the margin, so (Jensen) each new word starts with at most
+        exp(-ADDED_WORD_MARGIN) / n of the probability (n: the old words of that softmax), text without it scores as
+        before (log-probs move by under A exp(-ADDED_WORD_MARGIN) / n), and a new word still has a finite loss to
+        learn from. pad_to_multiple_of is refused: the rows past the tokenizer's ids would be words with no token."""
+        embeddings = self.get_input_embeddings()
+        if pad_to_multiple_of is not None:
+            raise ValueError("resize_token_embeddings: pad_to_multiple_of is not supported: the rows past the "
+                             "tokenizer's ids would be words no token writes; pass len(tokenizer) alone.")  # fmt: skip
+        if new_num_tokens is None:
+            return embeddings
+        cfg = self.config
+        V, E = cfg.vocab_size, extra_ids(cfg)
+        kind = "spelling symbols" if cfg.speller_size else "placeholders"
+        if cfg.vocab_limit:
+            raise ValueError(f"resize_token_embeddings: a model with vocab_limit={cfg.vocab_limit} spells every word "
+                             "past its first vocab_limit; it takes no added tokens.")  # fmt: skip
+        if not isinstance(new_num_tokens, int) or new_num_tokens < V + E:
+            raise ValueError(
+                f"resize_token_embeddings({new_num_tokens!r}): ids 0 ... {V + E - 1} are the model's {V} words"
+                + (f" and its {E} {kind}" if E else "")
+                + f", which stay; pass len(tokenizer) (at least {V + E}), its added tokens counted after them."
+            )
+        W = new_num_tokens - E  # the word tables' rows from now on
+        if W == cfg.num_words:
+            return embeddings
+
+        def resized(p: nn.Parameter, n: int, bias: bool = False):
+            """p's first n rows, then a new row (the rule above) for each it lacks."""
+            t, k = p.data, n - p.shape[0]
+            if k <= 0:
+                p.data = t[:n].clone()
+                return
+            if bias:
+                new = (_upcast(t).mean() - ADDED_WORD_MARGIN).expand(k)
+            elif mean_resizing:
+                new = _upcast(t).mean(0).expand(k, -1)
+            else:
+                new = t.new_empty(k, t.shape[1]).uniform_(-cfg.init_range, cfg.init_range)
+            p.data = torch.cat([t, new.to(t.dtype)])
+
+        head = getattr(self, "lm_head", None)
+        if isinstance(head, AdaptiveSoftmax):  # the last cluster's words, then the new ones
+            resized(head.tail_weight[-1], W - head.cutoffs[-2])
+            resized(head.tail_bias[-1], W - head.cutoffs[-2], bias=True)
+            head.cutoffs[-1] = W
+        elif head is not None:
+            if head.weight is not embeddings.weight:  # a tied one is resized as the embedding, below
+                resized(head.weight, W)
+            resized(head.bias, W, bias=True)
+            head.out_features = W
+        resized(embeddings.weight, W)
+        embeddings.num_embeddings = W
+        cfg.added_tokens = W - V
+        return embeddings
+
+    @torch.no_grad()
     def _init_weights(self, module):
         """AWD-LSTM / PyTorch-word-LM init: embeddings and softmax U(+-init_range), the rest U(+-1/sqrt(fan))."""
         r, head = self.config.init_range, getattr(self, "pointer", None)
@@ -877,7 +948,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
 
     def __init__(self, config: PointerSentinelConfig):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.embedding_size)
+        self.embed_tokens = nn.Embedding(config.num_words, config.embedding_size)
         self.oov_embedding = nn.Parameter(torch.empty(config.embedding_size)) if config.oov_pointer else None
         n = config.num_hidden_layers
         sizes = [config.embedding_size] + [config.hidden_size] * (n - 1) + [config.output_size]
@@ -898,7 +969,7 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         B, T = input_ids.shape
         if T == 0 or B == 0:
             raise ValueError(f"input_ids is empty (shape {tuple(input_ids.shape)}); give at least one token.")
-        _check_ids("input_ids", input_ids, self.config.vocab_size + self.config.oov_slots)
+        _check_ids("input_ids", input_ids, self.config.num_words + self.config.oov_slots)
         seen = cache.seen_tokens if cache is not None else 0
         # The mask covers this call (T columns) or, as generate passes it, the whole sequence so far.
         if mask is not None and (mask.dim() != 2 or mask.shape[0] != B or mask.shape[1] not in (T, seen + T)):
@@ -920,13 +991,17 @@ class PointerSentinelModel(PointerSentinelPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         split_state_at: int | None = None,
+        model_order: bool = False,
         **kwargs,
     ):
         r"""
         split_state_at: also return the recurrent state after this many tokens (`split_state`). Sliding-window
             training carries it to the next window, which starts there, without a second forward pass.
+        model_order: input_ids are in the model's numbering already (`model_ids`), as the causal LM passes them.
         """
         _reject_unsupported(kwargs)
+        if input_ids is not None and not model_order:
+            input_ids = model_ids(input_ids, self.config)
         self._validate(input_ids, attention_mask, past_key_values, split_state_at)
         cfg = self.config
         output_hidden_states = output_hidden_states if output_hidden_states is not None else cfg.output_hidden_states
@@ -990,9 +1065,54 @@ def _reject_unsupported(kwargs: dict):
         raise TypeError(f"forward() got unexpected keyword arguments {sorted(unknown)}.")
 
 
+def extra_ids(config) -> int:
+    """The ids between the vocabulary and the added tokens: the spelling symbols (with the speller) or the
+    placeholders."""
+    return SPELL_SYMBOLS if config.speller_size else config.oov_slots
+
+
 def mixture_size(config) -> int:
-    """The width of `logits`: the vocabulary, then the placeholders or (with the speller) the spelling symbols."""
-    return config.vocab_size + (SPELL_SYMBOLS if config.speller_size else config.oov_slots)
+    """The width of `logits`: the vocabulary, the placeholders or the spelling symbols, then the added tokens."""
+    return config.num_words + extra_ids(config)
+
+
+# ---- Added tokens: the tokenizer's ids and the model's numbering ----------------------------------------------------
+# The tokenizer numbers the A tokens added after its words (`config.added_tokens`) after its E extra ids: words 0 ...
+# V-1, extras V ... V+E-1, added tokens V+E ... V+E+A-1. The model keeps its words together, as rows of its word
+# tables: words 0 ... V-1, added tokens V ... V+A-1 (W = `config.num_words`), extras W ... W+E-1, so that everything
+# inside it reads a model with W words. Ids are renumbered where they come in and columns put back in id order where
+# they go out (forward, the decode steps, the pointer's logits processor); with no added token both are the identity.
+
+ADDED_WORD_MARGIN = 20.0  # nats below its softmax's mean logit that an added word starts (`resize_token_embeddings`)
+
+
+def model_ids(ids: torch.Tensor, config) -> torch.Tensor:
+    """Token ids in the model's numbering. Ids past the added tokens, and -100, stay as they are (the range checks
+    report them)."""
+    A = config.added_tokens
+    if not A:
+        return ids
+    V, E = config.vocab_size, extra_ids(config)
+    return ids + torch.where(ids < V, 0, torch.where(ids < V + E, A, torch.where(ids < V + E + A, -E, 0)))
+
+
+def id_order(x: torch.Tensor | None, config) -> torch.Tensor | None:
+    """The model's columns (..., W words, then the E extras or none: the vocabulary's own scores) in token-id order,
+    -inf on extras it lacks."""
+    A = config.added_tokens
+    if not A or x is None:
+        return x
+    V, W = config.vocab_size, config.num_words
+    extras = x[..., W:] if x.shape[-1] > W else x.new_full((*x.shape[:-1], extra_ids(config)), -torch.inf)
+    return torch.cat([x[..., :V], extras, x[..., V:W]], -1)
+
+
+def word_columns(x: torch.Tensor, config) -> torch.Tensor:
+    """Columns in token-id order (..., V + E + A) -> the model's W words (the extras dropped)."""
+    if not config.added_tokens:
+        return x
+    V = config.vocab_size
+    return torch.cat([x[..., :V], x[..., V + extra_ids(config) :]], -1)
 
 
 def _validate_targets(config, input_ids, labels, shift_labels, logits_to_keep):
@@ -1032,25 +1152,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         if config.adaptive_softmax_cutoffs:
             self.lm_head = AdaptiveSoftmax(config)
         else:
-            self.lm_head = nn.Linear(config.output_size, config.vocab_size)  # (2.1) U, b
+            self.lm_head = nn.Linear(config.output_size, config.num_words)  # (2.1) U, b
         self.pointer = PointerSentinelHead(config) if config.use_pointer else None
         self.speller = Speller(config.output_size, config.speller_size) if config.speller_size else None
         self.post_init()
 
     def get_output_embeddings(self):
-        # The adaptive softmax is no (V, D) output matrix: code that resizes or skips "the" output embedding must not
-        # take it for one. Tying goes by `_tied_weights_keys` alone.
+        # The adaptive softmax is no (V, D) output matrix: code that skips "the" output embedding must not take it for
+        # one (`resize_token_embeddings` resizes it itself). Tying goes by `_tied_weights_keys` alone.
         return None if self.config.adaptive_softmax_cutoffs else self.lm_head
-
-    def resize_token_embeddings(self, *args, **kwargs):
-        if self.config.speller_size:  # the ids after the words are the speller's bytes: new rows would take them
-            raise ValueError("resize_token_embeddings: with a speller the ids after the vocabulary are bytes, not "
-                             "words; leave the new token out of the tokenizer's added tokens: it is spelled as it "
-                             "is written and needs no embedding row.")  # fmt: skip
-        if self.config.adaptive_softmax_cutoffs:
-            raise ValueError("resize_token_embeddings cannot resize the adaptive softmax: its clusters are fixed by "
-                             "adaptive_softmax_cutoffs; build a new model for the new vocabulary.")  # fmt: skip
-        return super().resize_token_embeddings(*args, **kwargs)
 
     def set_output_embeddings(self, new_embeddings):
         self.lm_head = new_embeddings
@@ -1091,7 +1201,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         keys, key_ids, key_valid, context = self._pointer_memory(cache, h, input_ids, mask)
         L = self.config.pointer_window
         window_ids, head = sliding_window(key_ids, L), self.pointer
-        oov = window_ids >= self.config.vocab_size if head.oov_query is not None else None  # only its head reads it
+        oov = window_ids >= self.config.num_words if head.oov_query is not None else None  # only its head reads it
         log_gate, log_attention = head(h, keys, sliding_window(key_valid, L), oov, context)
         repeat_logit = head.oov_repeat(h).squeeze(-1) if head.oov_repeat is not None else None
         return Pointer(log_gate, log_attention, window_ids, repeat_logit)
@@ -1193,8 +1303,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
     def _mix_stashed(self, scores, s: PointerStash):
         """(2.4) at the position `_report` stashed for generate: `PointerSentinelLogitsProcessor`'s mixture of the
         vocabulary scores, normalised once here."""
-        log_probs = torch.log_softmax(_upcast(scores), -1)
-        return pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.log_attention), s.window_ids, s.placeholders)
+        log_probs = torch.log_softmax(_upcast(word_columns(scores, self.config)), -1)
+        mixed = pointer_mixture(log_probs, _upcast(s.log_gate), _upcast(s.log_attention), s.window_ids, s.placeholders)
+        return id_order(mixed, self.config)
 
     def forward(
         self,
@@ -1231,6 +1342,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         _validate_targets(self.config, input_ids, labels, shift_labels, logits_to_keep)
         if labels is not None and shift_labels is None:
             shift_labels = F.pad(labels[:, 1:], (0, 1), value=-100)
+        if input_ids is not None:  # in the model's numbering from here on; `logits` go out in id order
+            input_ids = model_ids(input_ids, self.config)
+        if shift_labels is not None:
+            shift_labels = model_ids(shift_labels, self.config)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else (self.config.use_cache and not self.training)
         cache = past_key_values if past_key_values is not None else PointerSentinelCache()
@@ -1239,11 +1354,11 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
                 raise ValueError("With the speller, forward takes no split_state_at or output_hidden_states.")
             out = self._spelled_forward(input_ids, attention_mask, cache, shift_labels, num_items_in_batch)
             # every position is computed: bytes need their word step
-            out.logits = _finite(slice_logits_to_keep(out.logits, logits_to_keep))
+            out.logits = _finite(id_order(slice_logits_to_keep(out.logits, logits_to_keep), self.config))
             out.past_key_values = cache if (use_cache or past_key_values is not None) else None
             return out if return_dict else out.to_tuple()
         base = self.model(input_ids, attention_mask, cache, True, output_hidden_states, return_dict=True,
-                          split_state_at=split_state_at)  # fmt: skip
+                          split_state_at=split_state_at, model_order=True)  # fmt: skip
         h = base.last_hidden_state  # (B, T, D)
         B, T, _ = h.shape
         mask = _call_mask(attention_mask, T)
@@ -1257,10 +1372,10 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         L = self.config.pointer_window
         out = PointerSentinelCausalLMOutput(
             loss=None if loss is None else loss.loss,
-            logits=_finite(logits),
+            logits=_finite(id_order(logits, self.config)),
             past_key_values=cache if (use_cache or past_key_values is not None) else None,
             hidden_states=base.hidden_states,
-            vocab_logits=vocab_logits,
+            vocab_logits=id_order(vocab_logits, self.config),
             gate=h.new_ones(B, T) if pointer is None else pointer.log_gate.exp(),
             pointer_attention=h.new_zeros(B, T, L) if pointer is None else pointer.log_attention.exp(),
             pointer_loss=None if loss is None else loss.pointer_loss,
@@ -1279,7 +1394,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         or, inside a word, `spelled_mixture`'s next symbol after the bytes so far. Normalised at every position, and
         cross-entropy of `logits` is the loss."""
         cfg, K = self.config, COPIED_SYMBOLS
-        V, n, L = cfg.vocab_size, cfg.oov_slots, cfg.pointer_window
+        V, n, L = cfg.num_words, cfg.oov_slots, cfg.pointer_window
         if input_ids is None or input_ids.dim() != 2 or 0 in input_ids.shape:
             raise ValueError("input_ids must be a non-empty (batch, sequence) tensor of token ids.")
         _check_ids("input_ids", input_ids, V + SPELL_SYMBOLS)
@@ -1300,7 +1415,7 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             word_ids = torch.tensor([r + [pad] * (Tw - len(r)) for r in steps], device=device)
             word_mask = torch.tensor([r + [False] * (Tw - len(r)) for r in step_valid], device=device)
             word_mask = None if bool(word_mask.all()) else word_mask
-            h = self.model(word_ids, word_mask, cache, True, return_dict=True).last_hidden_state
+            h = self.model(word_ids, word_mask, cache, True, return_dict=True, model_order=True).last_hidden_state
             pointer = self._pointer(cache, h, word_ids, word_mask) if self.pointer is not None else None
             places = self._placeholders(cache, word_ids, word_mask, pointer)
             log_p = self._report(h, pointer, places, None, 0, None)[0].log_softmax(-1)  # (B, Tw, V + n)
@@ -1370,15 +1485,15 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return self._packed[1]
 
     def _decode_step(self, weights: "PackedWeights", state: DecodeState, ids: torch.Tensor, mix: bool, compiled=False):
-        """`decode_step` for generate's loop; `compiled`: under torch.compile. Compiled code is specialised per model
-        and, from the second batch size on, compiled once for any batch size; without fullgraph, past torch's
-        recompile limit the step runs eagerly (with torch's warning) rather than failing (tests/test_fast_decode.py
-        holds the step to one graph)."""
-        if not compiled:
-            return decode_step(self, weights, state, ids, mix)
-        if getattr(self, "_compiled_step", None) is None:
+        """`decode_step` for generate's loop, on token ids and in id order (`model_ids`, `id_order`); `compiled`: under
+        torch.compile. Compiled code is specialised per model and, from the second batch size on, compiled once for
+        any batch size; without fullgraph, past torch's recompile limit the step runs eagerly (with torch's warning)
+        rather than failing (tests/test_fast_decode.py holds the step to one graph)."""
+        if compiled and getattr(self, "_compiled_step", None) is None:
             self._compiled_step = torch.compile(decode_step)
-        return self._compiled_step(self, weights, state, ids, mix)
+        step = self._compiled_step if compiled else decode_step
+        log_p, vocab = step(self, weights, state, model_ids(ids, self.config), mix)
+        return id_order(log_p, self.config), id_order(vocab, self.config)
 
     def _spell_state(self, cache, state: DecodeState) -> tuple[DecodeState, "SpellState"]:
         """generate's spelled decoding after the prompt (one row): the word state with room for the step's attention,
@@ -1388,7 +1503,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
         return state, spell_state(self, self._packed_weights(), cache)
 
     def _spelled_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", token: int):
-        return spelled_decode_step(self, weights, state, spell, token)
+        if self.config.added_tokens:
+            token = int(model_ids(torch.tensor(token), self.config))
+        return id_order(spelled_decode_step(self, weights, state, spell, token), self.config)
 
     def _spell_write_back(self, state: DecodeState, spell: "SpellState", cache):
         spell_write_back(state, spell, cache)
@@ -1424,6 +1541,10 @@ class PackedWeights(NamedTuple):
 
 
 def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) -> PackedWeights:
+    if not input_first and model.config.added_tokens:  # an exported step is fed token ids, which it would misread
+        raise ValueError("A model with added tokens (config.added_tokens) is not exported: the exported step reads "
+                         "ids in the model's own numbering, not the tokenizer's.")  # fmt: skip
+
     def t(w):  # (out, in): the parameter itself, so an exporter sees tied weights as one tensor
         return w.detach().t().contiguous() if input_first else w
 
@@ -1561,7 +1682,7 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
     bookkeeping (its word in progress, its slots) is here; the arithmetic is `spelled_byte_step` and
     `spelled_word_step`, which examples/export_onnx.py exports as they are."""
     cfg, K = model.config, COPIED_SYMBOLS
-    V, n, L = cfg.vocab_size, cfg.oov_slots, cfg.pointer_window
+    V, n, L = cfg.num_words, cfg.oov_slots, cfg.pointer_window
     row, s, device = spell.rows.rows[0], token - V, spell.prefix.device
     if 0 <= s < SPELL_SYMBOLS and s != SPELL_END:  # inside a word
         if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
@@ -1593,7 +1714,7 @@ def spelled_byte_step(model, w: "PackedWeights", spell: SpellState, symbol: torc
     spell.log_prefix.add_(spell.log_next.gather(-1, symbol.unsqueeze(-1)).squeeze(-1))
     spell.log_next.copy_(speller_step(model, w, symbol, spell.hidden, spell.cell, first=False))
     symbols = _spelled_symbols(spell, few)
-    return torch.cat([symbols.new_full((symbols.shape[0], model.config.vocab_size), -torch.inf), symbols], -1)
+    return torch.cat([symbols.new_full((symbols.shape[0], model.config.num_words), -torch.inf), symbols], -1)
 
 
 def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, ids: torch.Tensor,
@@ -1603,7 +1724,7 @@ def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: Spel
     copies of the window's spelled words (`window_copies`) and the speller started from h_t, all in `spell` in place
     (the spellings in the ring order of `state`) -> log p (B, V + SPELL_SYMBOLS). `state.attention` must be given
     with the pointer (`_spell_state`)."""
-    V = model.config.vocab_size
+    V = model.config.num_words
     if state.keys is not None:  # the ring slot this word's key goes to
         spell.spellings.index_copy_(1, state.slot.view(1), kept.unsqueeze(1))
     if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it: one empty slot

@@ -53,8 +53,9 @@ class PointerSentinelTextGenerationPipeline(TextGenerationPipeline):
         # the placeholders the model has columns for: V + config.oov_slots (none where the config does not say)
         limit = self.tokenizer.word_vocab_size + min(getattr(self.model.config, "oov_slots", 0) or 0,
                                                      self.tokenizer.oov_slots)  # fmt: skip
-        if (ids >= limit).any():
-            inputs["input_ids"] = ids.masked_fill(ids >= limit, self.tokenizer.unk_token_id)
+        beyond = (ids >= limit) & (ids < self.tokenizer.word_vocab_size + self.tokenizer.oov_slots)  # added: words
+        if beyond.any():
+            inputs["input_ids"] = ids.masked_fill(beyond, self.tokenizer.unk_token_id)
         return inputs
 
     def _forward(self, model_inputs, **generate_kwargs):
