@@ -1,20 +1,26 @@
 r"""The page of examples/export_web.py in Debian's Chromium (Playwright), measured as tests/test_web_page.py drives it:
 parity with PyTorch on all ten prompts, speed against examples/onnx_generate.py, first word cold and cached, and
-the files a browser downloads.
+the files a browser downloads; with --baseline, the same for an earlier checkout's page, side by side in one run.
 
-    python benchmarks/web.py [--write benchmarks/results_web_cpu.md] [--rounds 3]
+    python benchmarks/web.py [--baseline DIR] [--write benchmarks/results_web_cpu.md] [--rounds 3]
+    mkdir /tmp/before && git archive HEAD | tar -x -C /tmp/before    # a baseline: the last commit
 
 - parity: 50 greedy words after each of the test's ten prompts (unseen, spelled names), on the fp32 graphs and on
   int8: the page's tokens against examples/app.py's continuation (PyTorch's `generate`), and the largest difference
   of each word's gate and pointer share (app.py's, from `inspection.explain`);
 - speed: words per second of greedy decoding in the page (int8, the prompt read first and not timed), against
-  `OnnxPointerSentinel` of examples/onnx_generate.py on the same int8 graphs (the site's files), one thread each, the
-  same prompts and token counts; median over prompts and `--rounds`;
+  `OnnxPointerSentinel` of examples/onnx_generate.py on the folder's int8 export (export_onnx.py's dynamic int8
+  graphs, the word step with the pointer's view as the page's: what onnx_generate.py runs), one thread each, the
+  same prompts and token counts; median over prompts and `--rounds`; the pages (this one and the baseline's) and
+  Python take turns prompt by prompt, so that a busy machine slows them alike;
 - first word: from navigation to the first word of the page's own prompt (`?autorun`), in a fresh browser profile
-  (cold: nothing cached) and again after the service worker holds the site (cached);
-- size: each model's files (int8 graphs, tokenizer, start state) and the runtime's three files, raw (what
-  `python -m http.server` sends) and gzip -9 (what a host that compresses sends).
-Reported, never asserted. The PTB and WikiText-2 pointer folders are exported (`--fp32` for PTB).
+  (cold: nothing cached), then reloaded at once (the service worker holds the site; the browser has not yet stored
+  its compiled wasm), then reloaded again after 4 s (cached: both);
+- size: each model's files (int8 graphs, tokenizer, start state) and the runtime's three files, as
+  `python -m http.server` sends them (raw bytes; the page's large files are gzipped by export_web.py) and gzip -9
+  (what a host that compresses sends).
+Reported, never asserted. The PTB and WikiText-2 pointer folders are exported (`--fp32` for PTB). The baseline's
+web/node_modules is copied from this checkout's when both lockfiles are the same (no download).
 """
 
 import argparse
@@ -76,42 +82,42 @@ def parity(page, prompts, words: int) -> dict:
     return rows
 
 
-def onnx_folder(site: Path, folder: str, to: Path) -> Path:
-    """The site's int8 graphs of `folder` as examples/onnx_generate.py reads them: the graphs and their weights, the
-    speller's start state as spell_start.npz, and the folder's tokenizer with its code."""
-    import numpy as np
-    from export_onnx import SPELL_NAMES, tokenizer_code
+def python_folder(folder: str, to: Path) -> Path:
+    """`folder`'s int8 export as examples/onnx_generate.py runs it: export_onnx.py's graphs (the word step with the
+    pointer's view, as the page's), dynamically quantized (`quantize`), the speller's start state and the folder's
+    tokenizer with its code."""
+    from cli import load_saved_model
+    from export_onnx import FILES, export, quantize, spell_path, tokenizer_code
 
-    model = site / "models" / Path(folder).name
-    shutil.copytree(model, to)
-    start = json.loads((model / "start.json").read_text())
-    dtypes = {"float32": np.float32, "int64": np.int64, "bool": np.bool_}
-
-    def array(spec):
-        values = spec["data"] if "data" in spec else [spec["fill"]] * int(np.prod(spec["dims"]))
-        values = [-np.inf if v is None else v for v in values]
-        return np.array(values, dtypes[spec["type"]]).reshape(spec["dims"])
-
-    np.savez(to / "spell_start.npz", **{n: array(start[n]) for n in SPELL_NAMES})
-    for name in tokenizer_code(ROOT / folder):
-        shutil.copy(ROOT / folder / name, to / name)
+    _, model = load_saved_model(str(ROOT / folder))
+    to.mkdir(parents=True)
+    for name in [*FILES, *tokenizer_code(ROOT / folder)]:
+        if (ROOT / folder / name).is_file():
+            shutil.copy(ROOT / folder / name, to / name)
+    export(model, to / "decode_step.onnx", inspect=True)
+    for graph in (to / "decode_step.onnx", spell_path(to / "decode_step.onnx")):
+        quantize(graph, graph.with_name(graph.name.replace(".onnx", ".int8.onnx")))
     return to
 
 
-def speed(page, site: Path, prompts, words: int, rounds: int) -> dict:
-    """Words per second of greedy decoding, the page against onnx_generate.py on the same int8 graphs, per model
-    (one thread each)."""
+def speed(pages: dict, python: dict, prompts, words: int, rounds: int) -> dict:
+    """Words per second of greedy decoding, each page (`pages`: label -> page) against onnx_generate.py on the
+    folder's int8 export (`python`: model name -> folder), per model, one thread each; page and Python take turns."""
     from onnx_generate import OnnxPointerSentinel
 
     out = {}
     for folder in FOLDERS:
         name = Path(folder).name
-        lm = OnnxPointerSentinel(onnx_folder(site, folder, site.parent / f"onnx-{name}"), int8=True, threads=1)
-        in_page, in_python = [], []
+        lm = OnnxPointerSentinel(python[name], int8=True, threads=1)
+        rates, same = {label: [] for label in [*pages, "python"]}, dict.fromkeys(pages, 0)
+        for page in pages.values():  # a first continuation each: the runtime's code warms up
+            page_generate(page, name, "int8", prompts[0], words)
         for _ in range(rounds):
             for prompt in prompts:
-                got = page_generate(page, name, "int8", prompt, words)
-                in_page.append(len(got["words"]) / (got["timings"]["decode_ms"] / 1000))
+                runs = {label: page_generate(page, name, "int8", prompt, words) for label, page in pages.items()}
+                for label, got in runs.items():
+                    rates[label].append(len(got["words"]) / (got["timings"]["decode_ms"] / 1000))
+                got = runs[next(iter(pages))]
                 ids, _ = lm.encode(prompt)
                 start = time.perf_counter()
                 lm.prefill(ids)
@@ -119,32 +125,35 @@ def speed(page, site: Path, prompts, words: int, rounds: int) -> dict:
                 start = time.perf_counter()
                 new = lm.generate([ids], len(got["tokens"]))[0]
                 seconds = time.perf_counter() - start - prefill
-                in_python.append(len(got["words"]) / seconds)
-                agree = new == got["tokens"]  # the same graphs, greedy: the same tokens (else a near tie)
-                out.setdefault(f"{name}_same_tokens", 0)
-                out[f"{name}_same_tokens"] += agree
-        page_median, python_median = statistics.median(in_page), statistics.median(in_python)
-        out[name] = {"page_words_per_s": page_median, "onnx_generate_words_per_s": python_median,
-                     "ratio": page_median / python_median, "runs": len(in_page)}  # fmt: skip
+                rates["python"].append(len(got["words"]) / seconds)
+                for label, run in runs.items():  # greedy on int8 weights: the same tokens but at near ties
+                    same[label] += new == run["tokens"]
+        python_median = statistics.median(rates["python"])
+        medians = {label: statistics.median(rates[label]) for label in pages}
+        out[name] = {"onnx_generate_words_per_s": python_median, "runs": len(rates["python"]), "pages": {
+            label: {"words_per_s": m, "ratio": m / python_median, "same_tokens_as_python": same[label]}
+            for label, m in medians.items()}}  # fmt: skip
     return out
 
 
 def first_word(chromium, url: str, rounds: int) -> dict:
-    """ms from navigation to the page's first word: a fresh profile (cold), then a reload once the service worker
-    holds the site (cached)."""
-    cold, cached = [], []
+    """ms from navigation to the page's first word: a fresh profile (cold), a reload at once when the service worker
+    holds the site (`at_once`: the browser has not yet stored the runtime's compiled wasm, which it does a few seconds
+    after compiling it), and a reload 4 s later (cached)."""
+    times = {"cold": [], "at_once": [], "cached": []}
     for _ in range(rounds):
         context = chromium.new_context()
         page = context.new_page()
-        for times in (cold, cached):
+        for kind, wait in (("cold", 0), ("at_once", 0), ("cached", 4)):
+            time.sleep(wait)
             page.goto(f"{url}?autorun")
             page.wait_for_function("window.pointerPage && window.pointerPage.firstWordAt", timeout=120_000)
-            times.append(page.evaluate("window.pointerPage.firstWordAt"))
+            times[kind].append(page.evaluate("window.pointerPage.firstWordAt"))
             page.wait_for_function("document.body.dataset.state === 'done'", timeout=120_000)
             page.evaluate("navigator.serviceWorker.ready.then(() => true)")
         context.close()
-    return {"cold_ms": statistics.median(cold), "cached_ms": statistics.median(cached), "rounds": rounds,
-            "cold_all": cold, "cached_all": cached}  # fmt: skip
+    return {**{f"{k}_ms": statistics.median(v) for k, v in times.items()}, "rounds": rounds,
+            **{f"{k}_all": v for k, v in times.items()}}  # fmt: skip
 
 
 def screenshot(page, prompt: str, path: Path):
@@ -165,13 +174,17 @@ def mb(n: int) -> str:
 
 
 def markdown(r: dict, command: str) -> str:
+    labels = list(r["first_word"])  # "page", and "baseline" with --baseline
     lines = [
         "# The page in the browser (examples/export_web.py), CPU",
         "",
         f"Command: `{command}`; {r['machine']}, Chromium {r['chromium']}, onnxruntime-web 1.30.0 (wasm, one thread), "
-        f"load average {r['load'][0]:.1f}–{r['load'][1]:.1f} during the run (a shared machine; background training "
-        "paused with SIGSTOP while it ran).",
+        f"load average {r['load'][0]:.1f}–{r['load'][1]:.1f} during the run ({r['conditions']}).",
         "",
+    ]
+    if "baseline" in labels:
+        lines += [f"Baseline: {r['baseline']}, measured in the same run (its page and this one take turns).", ""]
+    lines += [
         "## Parity (50 greedy words after each prompt, tests/test_web_page.py's ten)",
         "",
         "| graphs | prompts | tokens identical to PyTorch `generate` | max gate diff | max pointer-share diff "
@@ -183,33 +196,69 @@ def markdown(r: dict, command: str) -> str:
                      f"| {p['max_share_diff']:.1e} | {p['copied_words']} |")  # fmt: skip
     lines += ["", "Gate and share are compared over the words both continuations share (all 50 where the tokens are "
               "identical).", "", "## Speed (int8, greedy, one thread)", "",
-              "| model | page words/s | onnx_generate.py words/s | page / python | runs |",
-              "|---|---:|---:|---:|---:|"]  # fmt: skip
+              "| model | page | page words/s | onnx_generate.py words/s | page / python | tokens as python's | runs |",
+              "|---|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for name, s in r["speed"].items():
-        if not isinstance(s, dict):
-            continue
-        lines.append(f"| {name} | {s['page_words_per_s']:.1f} | {s['onnx_generate_words_per_s']:.1f} | "
-                     f"{s['ratio']:.2f}× | {s['runs']} |")  # fmt: skip
-    same = [f"{k.removesuffix('_same_tokens')}: {v} of {r['speed'][k.removesuffix('_same_tokens')]['runs']}"
-            for k, v in r["speed"].items() if k.endswith("_same_tokens")]  # fmt: skip
-    lines += ["", f"Greedy tokens identical in the page and in onnx_generate.py (same graphs): {'; '.join(same)}."]
-    f = r["first_word"]
-    lines += ["", f"First word of the page's own prompt (PTB, int8), from navigation, median of {f['rounds']}: "
-              f"**{f['cold_ms'] / 1000:.2f} s cold** (fresh profile: the runtime and the model fetched and compiled), "
-              f"**{f['cached_ms'] / 1000:.2f} s cached** (the service worker's copy).", "",
-              "## Size (what a browser downloads)", "",
-              "| files | raw MB (http.server) | gzip -9 MB |", "|---|---:|---:|"]  # fmt: skip
-    for name, s in r["size"].items():
-        lines.append(f"| {name} | {mb(s['bytes'])} | {mb(s['gzip_bytes'])} |")
+        for label, page in s["pages"].items():
+            python, n = s["onnx_generate_words_per_s"], s["runs"]
+            lines.append(f"| {name} | {label} | {page['words_per_s']:.1f} | {python:.1f} | {page['ratio']:.2f}× "
+                         f"| {page['same_tokens_as_python']} of {n} | {n} |")  # fmt: skip
+    lines += ["", "onnx_generate.py runs export_onnx.py's dynamic int8 graphs (int8 products, activations quantized at "
+              "each call: its fastest on x86); the page runs export_web.py's (int8 weights, float32 products: its "
+              "fastest in wasm), so greedy tokens part at near ties.", "",
+              "## First word (the page's own prompt, PTB, int8, from navigation, median of "
+              f"{r['first_word'][labels[0]]['rounds']})", "",
+              "| page | cold (fresh profile) | reload at once | cached (reload 4 s later) |",
+              "|---|---:|---:|---:|"]  # fmt: skip
+    for label, f in r["first_word"].items():
+        lines.append(f"| {label} | {f['cold_ms'] / 1000:.2f} s | {f['at_once_ms'] / 1000:.2f} s | "
+                     f"{f['cached_ms'] / 1000:.2f} s |")  # fmt: skip
+    lines += ["", "Cold: the runtime and the model fetched and compiled. At once: the service worker holds the site, "
+              "but the browser stores the runtime's compiled wasm only a few seconds after compiling it, so it is "
+              "compiled again. Cached: both.", "", "## Size (what a browser downloads)", "",
+              "| files | page | bytes as http.server sends them (MB) | gzip -9 MB |",
+              "|---|---|---:|---:|"]  # fmt: skip
+    for label, sizes in r["size"].items():
+        for name, s in sizes.items():
+            lines.append(f"| {name} | {label} | {mb(s['bytes'])} | {mb(s['gzip_bytes'])} |")
     return "\n".join(lines) + "\n"
+
+
+def export_site(root: Path, folders: list[str], out: Path, *flags: str) -> dict:
+    """The site of `root`'s examples/export_web.py (this checkout's or the baseline's) at `out`; its export_web.json."""
+    run([sys.executable, str(root / "examples" / "export_web.py"), *[str(ROOT / f) for f in folders], str(out), *flags])
+    return json.loads((out / "export_web.json").read_text())
+
+
+def sizes(report: dict, fp32: dict | None = None) -> dict:
+    out = {f"{n} (int8)": report[n] for n in report["models"]} | {"ONNX Runtime Web (3 files)": report["runtime"]}
+    if fp32 is not None:
+        graphs = [v for k, v in fp32["files"].items() if "step.onnx" in k or "weights.fp32.bin" in k]
+        out["PTB fp32 graphs (--fp32)"] = {k: sum(v[k] for v in graphs) for k in ("bytes", "gzip_bytes")}
+    return out
+
+
+def baseline_tree(path: Path) -> Path:
+    """A baseline checkout, its web/node_modules copied from this one's if missing and the lockfiles agree."""
+    if not (path / "examples" / "export_web.py").is_file():
+        sys.exit(f"--baseline {path}: no examples/export_web.py there (give a copy of a checkout)")
+    mine, theirs = ROOT / "web" / "node_modules", path / "web" / "node_modules"
+    same = (ROOT / "web" / "package-lock.json").read_bytes() == (path / "web" / "package-lock.json").read_bytes()
+    if not theirs.exists() and mine.exists() and same:
+        shutil.copytree(mine, theirs, symlinks=True)
+    return path
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--baseline", type=Path, help="a copy of an earlier checkout: its page measured beside this one")
+    p.add_argument("--baseline_name", help="what the results file calls the baseline (default: its path)")
+    p.add_argument("--conditions", default="a shared machine", help="what the results file says of the machine")
     p.add_argument("--write", type=Path, help="write the markdown table here")
     p.add_argument("--screenshot", type=Path, default=ROOT / "results" / "web" / "screenshot.png")
     args = p.parse_args()
+    baseline = baseline_tree(args.baseline.resolve()) if args.baseline else None
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     import torch
     from playwright.sync_api import sync_playwright
@@ -218,42 +267,48 @@ def main():
     torch.set_num_threads(1)
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
-        site = Path(tmp) / "site"
-        run([sys.executable, str(ROOT / "examples" / "export_web.py"), FOLDERS[0], str(site), "--fp32"])
-        ptb = json.loads((site / "export_web.json").read_text())
-        run([sys.executable, str(ROOT / "examples" / "export_web.py"), *FOLDERS, str(Path(tmp) / "both")])
-        both = json.loads((Path(tmp) / "both" / "export_web.json").read_text())
-        sizes = {f"{n} (int8)": both[n] for n in both["models"]} | {"ONNX Runtime Web (3 files)": both["runtime"]}
-        graphs = [v for k, v in ptb["files"].items() if k.endswith(("step.onnx", "weights.fp32.bin"))]
-        fp32 = {k: sum(v[k] for v in graphs) for k in ("bytes", "gzip_bytes")}
-        port, quiet = free_port(), {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-        serve = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "-d"]
-        server = subprocess.Popen([*serve, str(Path(tmp) / "both"), str(port)], **quiet)
-        ptb_server = subprocess.Popen([*serve, str(site), str(port + 1)], **quiet)
+        tmp = Path(tmp)
+        ptb = export_site(ROOT, FOLDERS[:1], tmp / "ptb", "--fp32")
+        sites = {"page": tmp / "site"}
+        result = {"size": {"page": sizes(export_site(ROOT, FOLDERS, sites["page"]), ptb)}}
+        if baseline:
+            sites["baseline"] = tmp / "baseline"
+            result["size"]["baseline"] = sizes(export_site(baseline, FOLDERS, sites["baseline"]))
+        python = {Path(f).name: python_folder(f, tmp / f"onnx-{Path(f).name}") for f in FOLDERS}
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+        servers, urls = [], {}
+        for label, site in [("ptb", tmp / "ptb"), *sites.items()]:
+            port = free_port()
+            servers.append(subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "-d",
+                                             str(site), str(port)], **quiet))  # fmt: skip
+            urls[label] = f"http://127.0.0.1:{port}/"
         time.sleep(2)
         try:
             with sync_playwright() as pw:
                 chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-                page = chromium.new_page(viewport={"width": 1100, "height": 1000})
-                page.goto(f"http://127.0.0.1:{port + 1}/")
-                page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
-                result = {"parity": parity(page, PROMPTS, 50)}
-                page.goto(f"http://127.0.0.1:{port}/")
-                page.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+                pages = {}
+                for label in ["ptb", *sites]:
+                    pages[label] = chromium.new_page(viewport={"width": 1100, "height": 1000})
+                    pages[label].goto(urls[label])
+                    pages[label].wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+                result["parity"] = parity(pages.pop("ptb"), PROMPTS, 50)
                 print(json.dumps(result), flush=True)
-                result["speed"] = speed(page, Path(tmp) / "both", PROMPTS, 50, args.rounds)
-                result["first_word"] = first_word(chromium, f"http://127.0.0.1:{port}/", args.rounds)
-                screenshot(page, PROMPTS[0], args.screenshot)
+                result["speed"] = speed(pages, python, PROMPTS, 50, args.rounds)
+                print(json.dumps(result["speed"]), flush=True)
+                result["first_word"] = {label: first_word(chromium, urls[label], args.rounds) for label in sites}
+                screenshot(pages["page"], PROMPTS[0], args.screenshot)
                 result["chromium"] = chromium.version
                 chromium.close()
         finally:
-            server.terminate()
-            ptb_server.terminate()
-    result["size"] = sizes | {"PTB fp32 graphs (--fp32)": fp32}
+            for server in servers:
+                server.terminate()
     load.append(os.getloadavg()[0])
     result["load"] = (min(load), max(load))
     result["machine"] = f"{platform.machine()}, {os.cpu_count()} cores"
+    result["conditions"] = args.conditions
+    result["baseline"] = (args.baseline_name or f"`{args.baseline}`") if args.baseline else None
     command = "python benchmarks/web.py" + (f" --rounds {args.rounds}" if args.rounds != 3 else "")
+    command += " --baseline BEFORE" if args.baseline else ""
     text = markdown(result, command)
     print(json.dumps(result, indent=1))
     print(text)

@@ -30,7 +30,10 @@ spell_start.npz holds the speller's state before the first word (started from a 
 parity check then samples its steps (seeded) after a prompt with words the vocabulary lacks, so that it spells new
 words and copies them, and --test_file also reports bits per byte. config.vocab_limit is not exported (generate's
 fast step has none either). Quantization is ONNX Runtime's dynamic int8 (weights int8, activations quantized
-per call) of the matrix products and the embedding lookup.
+per call) of the matrix products and the embedding lookup. The exporter's any/all (a bool mask cast to int64 and
+reduced) are made bool reductions (`bool_reductions`). examples/export_web.py reuses `export` (with `window`: a byte
+step over any number of window slots), `quantize_weights` (int8 weights read as float32, for ONNX Runtime Web) and
+`fuse_shared_gemms`.
 """
 
 import argparse
@@ -226,10 +229,14 @@ def empty_state(model, batch: int) -> list[torch.Tensor]:
     return state_tensors(decode_state(cache))  # a fully padded call leaves the zero state and an empty window
 
 
-def export(model, path: Path, inspect: bool = False):
+def export(model, path: Path, inspect: bool = False, window: bool = False):
     """decode_step.onnx at `path`; with a speller the word step there and the byte step beside it (`spell_path`), the
-    word step with the pointer's view (`INSPECT_NAMES`) too if `inspect`."""
+    word step with the pointer's view (`INSPECT_NAMES`) too if `inspect`. With `window` the byte step's window (its
+    `window_spellings` and `copy_log_mass`) has a dynamic length, `window`: a runner may pass only the slots that hold
+    a word to copy (those whose copy mass is above -inf; at least one slot), which gives the same log p, as the model's
+    own eager step reads only those slots (`_spelled_symbols`' `few`)."""
     batch = torch.export.Dim("batch", min=1)
+    slots = torch.export.Dim("window", min=1) if window else None
     state = empty_state(model, 2)
     if not model.config.speller_size:
         graphs = [(DecodeStepGraph(model), path, (torch.tensor([1, 2]), *state), *io_names(model))]
@@ -242,14 +249,115 @@ def export(model, path: Path, inspect: bool = False):
                    byte_out)]  # fmt: skip
     for graph, file, args, inputs, outputs in graphs:
         lead = 2 if isinstance(graph, SpelledWordGraph) else 1  # the arguments before forward's *state
-        shapes = (*[{0: batch}] * lead, tuple(None if t.dim() == 0 else {0: batch} for t in args[lead:]))
+        shapes = [None if t.dim() == 0 else {0: batch} for t in args[lead:]]
+        if slots is not None and isinstance(graph, SpelledByteGraph):  # SPELL_NAMES' first two: the window's slots
+            shapes[:2] = [{0: batch, 1: slots}] * 2
+        shapes = (*[{0: batch}] * lead, tuple(shapes))
         program = torch.onnx.export(graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs,
                                     dynamic_shapes=shapes, optimize=True, verbose=False,
                                     custom_translation_table={torch.ops.aten.logaddexp.default: logaddexp})  # fmt: skip
         program.save(str(file))
+        bool_reductions(file)
     if model.config.speller_size:  # the state before the first token, for the runner (which has no PyTorch)
         start = empty_spell_state(model, 1)
         np.savez(path.parent / "spell_start.npz", **{n: t.numpy() for n, t in zip(SPELL_NAMES, start, strict=True)})
+
+
+def bool_reductions(path: Path) -> int:
+    """The exporter's `any` and `all` (a bool tensor cast to int64, ReduceMax or ReduceMin, cast back to bool) as one
+    ReduceMax or ReduceMin of the bool tensor (opset 20 reduces bools): the same values, without writing the mask as
+    int64 (the spelled mixture's (258, L) mask is the word step's largest such). Rewrites the file in place; returns
+    how many it replaced."""
+    import onnx
+
+    model = onnx.load(str(path))
+    if next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) < 20:
+        return 0
+    graph = model.graph
+    types = {v.name: v.type.tensor_type.elem_type
+             for v in [*onnx.shape_inference.infer_shapes(model).graph.value_info, *graph.input]}  # fmt: skip
+    users = {}
+    for node in graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    outputs, done = {o.name for o in graph.output}, 0
+    for cast in list(graph.node):
+        if cast.op_type != "Cast" or types.get(cast.input[0]) != onnx.TensorProto.BOOL:
+            continue
+        (reduce, *more) = users.get(cast.output[0], [None])
+        if more or reduce is None or reduce.op_type not in ("ReduceMax", "ReduceMin") or cast.output[0] in outputs:
+            continue
+        back = users.get(reduce.output[0], [])
+        to_bool = [n.op_type == "Cast" and onnx.helper.get_node_attr_value(n, "to") == onnx.TensorProto.BOOL
+                   for n in back]  # fmt: skip
+        if not back or not all(to_bool) or reduce.output[0] in outputs:
+            continue
+        reduce.input[0] = cast.input[0]  # the reduction of the bools themselves, named as the cast back was
+        for n in back[1:]:
+            n.op_type, n.input[0] = "Identity", back[0].output[0]
+            del n.attribute[:]
+        reduce.output[0] = back[0].output[0]
+        graph.node.remove(cast)
+        graph.node.remove(back[0])
+        done += 1
+    onnx.save(model, str(path))
+    return done
+
+
+def fuse_shared_gemms(model) -> int:
+    """Gemms that read the same input (x W_i^T + b_i, each W_i a weight, an initializer or its DequantizeLinear) as
+    one Gemm over the rows of all the W_i and a Split of its columns: the word step's last hidden state feeds the
+    output layer, the pointer's queries and the speller's start, one product instead of six. The same values (each
+    column is the same dot product); the runtime joins the weights once, when it folds constants at load. In place
+    on an ONNX ModelProto; returns how many Gemms it joined."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    inits = {i.name: i for i in graph.initializer}
+    made = {o: n for n in graph.node for o in n.output}
+
+    def rows(name):  # a weight's rows (its output columns), or None if it is no constant
+        node = made.get(name)
+        if node is not None and node.op_type == "DequantizeLinear" and all(i in inits for i in node.input):
+            name = node.input[0]
+        return inits[name].dims[0] if name in inits and len(inits[name].dims) == 2 else None
+
+    def plain(node):
+        a = {x.name: (x.i if x.type == onnx.AttributeProto.INT else x.f) for x in node.attribute}
+        return (a.get("transA", 0) == 0 and a.get("transB", 0) == 1 and a.get("alpha", 1.0) == 1.0
+                and a.get("beta", 1.0) == 1.0 and rows(node.input[1]) is not None
+                and (len(node.input) < 3 or node.input[2] in inits))  # fmt: skip
+
+    groups = {}
+    for node in graph.node:
+        if node.op_type == "Gemm" and plain(node):
+            groups.setdefault(node.input[0], []).append(node)
+    joined = 0
+    for x, gemms in groups.items():
+        if len(gemms) < 2:
+            continue
+        sizes = [rows(g.input[1]) for g in gemms]
+        base = f"{gemms[0].name or gemms[0].output[0]}_joined"
+        biases = []
+        for g, n in zip(gemms, sizes, strict=True):
+            if len(g.input) < 3 or not g.input[2]:
+                graph.initializer.append(numpy_helper.from_array(np.zeros(n, np.float32), f"{base}_zero_{len(biases)}"))
+                biases.append(f"{base}_zero_{len(biases)}")
+            else:
+                biases.append(g.input[2])
+        graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64), f"{base}_sizes"))
+        new = [helper.make_node("Concat", [g.input[1] for g in gemms], [f"{base}_weight"], axis=0),
+               helper.make_node("Concat", biases, [f"{base}_bias"], axis=0),
+               helper.make_node("Gemm", [x, f"{base}_weight", f"{base}_bias"], [base], transB=1),
+               helper.make_node("Split", [base, f"{base}_sizes"], [g.output[0] for g in gemms], axis=-1)]  # fmt: skip
+        at = min(list(graph.node).index(g) for g in gemms)
+        for g in gemms:
+            graph.node.remove(g)
+        for offset, node in enumerate(new):
+            graph.node.insert(at + offset, node)
+        joined += len(gemms)
+    return joined
 
 
 def logaddexp(a, b):
@@ -335,6 +443,50 @@ def quantize(src: Path, dst: Path):
         if not any(table in n.input for n in graph.node):
             graph.initializer.remove(initializers[table])
     onnx.save(m, str(dst))
+
+
+def quantize_weights(src: Path, dst: Path, threshold: int = 4096):
+    """Weight-only int8, for a runtime whose float32 kernels beat its int8 ones (ONNX Runtime Web's wasm build: its
+    int8 matrix product is about half as fast as its float32 one there): each float32 matrix of `threshold` elements
+    or more is stored as int8 with one scale, the one `quantize` gives a weight (symmetric, max |W| / 127), and read
+    through DequantizeLinear, which ONNX Runtime folds into the float32 matrix when the session loads with the
+    session config entry `session.disable_quant_qdq` = 1 (without it, it dequantizes at every call). A lookup (Gather
+    of rows: the embeddings) dequantizes only the rows it reads. Each matrix is quantized where it is stored, before
+    the step joins or slices it, so a tied matrix (an adaptive softmax head's rows of the embedding) is stored once.
+    The products are float32 on the int8-rounded weights: no activation is quantized, unlike `quantize`."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(src))
+    graph = model.graph
+    users = {}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            users.setdefault(name, []).append((node, k))
+    front = []  # the dequantized matrices, ahead of every node
+    for init in list(graph.initializer):
+        w = numpy_helper.to_array(init)
+        if w.dtype != np.float32 or w.ndim != 2 or w.size < threshold or init.name not in users:
+            continue
+        name, step = init.name, float(np.abs(w).max()) / 127 or 1.0
+        q, scale = f"{name}_int8", f"{name}_int8_scale"
+        graph.initializer.remove(init)
+        graph.initializer.extend([numpy_helper.from_array(np.clip(np.round(w / step), -127, 127).astype(np.int8), q),
+                                  numpy_helper.from_array(np.array(step, np.float32), scale)])  # fmt: skip
+        rest = False
+        for node, k in users[name]:
+            if node.op_type != "Gather" or k != 0 or next((a.i for a in node.attribute if a.name == "axis"), 0):
+                rest = True
+                continue
+            out, at = node.output[0], list(graph.node).index(node)
+            graph.node.remove(node)
+            graph.node.insert(at, helper.make_node("Gather", [q, node.input[1]], [f"{out}_int8"], axis=0))
+            graph.node.insert(at + 1, helper.make_node("DequantizeLinear", [f"{out}_int8", scale], [out]))
+        if rest:
+            front.append(helper.make_node("DequantizeLinear", [q, scale], [name]))
+    for node in reversed(front):
+        graph.node.insert(0, node)
+    onnx.save(model, str(dst))
 
 
 def tokenizer_code(folder: Path) -> list[str]:
@@ -532,6 +684,8 @@ def main(argv=None):
     tokenizer, model = load_saved_model(args.folder)
     if model.config.speller_size and model.config.vocab_limit:
         fail(f"{args.folder}: config.vocab_limit={model.config.vocab_limit} is not exported with the speller")
+    if model.config.added_tokens:  # the exported step reads ids in the model's numbering, not the tokenizer's
+        fail(f"{args.folder}: a model with added tokens (config.added_tokens) is not exported")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in [*FILES, *tokenizer_code(Path(args.folder))]:

@@ -5,16 +5,23 @@ inference.
     python -m http.server -d site --bind 127.0.0.1 8000       # then open http://127.0.0.1:8000/
 
 Each FOLDER (a model folder with a speller: its tokenizer spells unseen words in bytes) becomes OUT/models/NAME/: its
-decode step as examples/export_onnx.py exports it, the word step (decode_step.int8.onnx) and the byte step
-(spell_step.int8.onnx) and their weights, each tensor once (weights.int8.bin), dynamic int8 by default (`--fp32`
-adds the float32 graphs, which the page's picker offers too). The word step also gives the pointer's attention over
-its window and the gate g (export_onnx's `inspect`), so the page shows the same views as examples/app.py. Beside
-them: tokenizer.json and tokenizer_config.json (the page's tokenizer, web/src/tokenizer.js, reads their text rules),
-start.json (the state before the first token); the folder's card figures (eval_results.json) go to OUT/models.json,
-which lists the models for the page's picker. OUT gets the page (web/index.html, web/src/*.js) and ONNX Runtime
-Web's wasm build, three files from npm (`npm ci` in web/, run once: skipped while web/node_modules matches
+decode step as examples/export_onnx.py exports it, the word step (decode_step.int8.onnx.gz) and the byte step
+(spell_step.int8.onnx.gz) and their weights, each tensor once (weights.int8.bin.gz), int8 by default (`--fp32` adds
+the float32 graphs, which the page's picker offers too). The int8 graphs hold int8 weights that the runtime turns
+into float32 matrices when it loads them (export_onnx's `quantize_weights`: ONNX Runtime Web's float32 products are
+faster than its int8 ones), where export_onnx.py's --int8 quantizes the products for the CPU (`quantize`). The
+graphs are made for the page (`page_graph`): one row, the products that read the same state joined, the byte step's
+window of any length (the page passes the slots that hold a word to copy) and its log p the 258 symbols, and the
+word step's window ring left to the page, which moves it (web/src/runner.js). The word step also gives the pointer's
+attention over its window and the gate g (export_onnx's `inspect`), so the page shows the same views as
+examples/app.py. Beside them: tokenizer.json.gz and tokenizer_config.json (the page's tokenizer, web/src/tokenizer.js,
+reads their text rules), start.json (the state before the first token); the folder's card figures
+(eval_results.json) go to OUT/models.json, which lists the models for the page's picker. The large files are gzipped
+(.gz; the page inflates them with the browser's DecompressionStream), so `python -m http.server`, which sends files
+as they are, sends them compressed. OUT gets the page (web/index.html, web/src/*.js) and ONNX Runtime Web's wasm
+build, three files from npm (`npm ci` in web/, run once: skipped while web/node_modules matches
 web/package-lock.json). Every file the page asks for is in OUT, so after the first load it works offline (its service
-worker, sw.js, keeps them). OUT/export_web.json lists each file's size, raw and gzip -9.
+worker, sw.js, keeps them). OUT/export_web.json lists each file's size, as sent and gzip -9.
 """
 
 import argparse
@@ -35,6 +42,9 @@ WEB = ROOT / "web"
 ORT_FILES = ["ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"]  # the wasm build
 PAGE_FILES = ["index.html", "src/tokenizer.js", "src/runner.js", "src/app.js", "src/style.css"]  # sw.js: written
 MODEL_FILES = ["tokenizer.json", "tokenizer_config.json", "config.json", "generation_config.json"]
+SPELL_SYMBOLS = 258  # the byte step's columns after the V words (modeling_pointer_sentinel.py's SPELL_SYMBOLS)
+# The word step's window ring, which the page keeps and moves itself: the step reads it and gives none of it back
+RING = ["window_keys", "window_ids", "window_valid", "window_slot", "window_context", "window_spellings"]
 
 
 def parse_args(argv=None):
@@ -122,6 +132,60 @@ def share_weights(graphs: list[Path], blob: Path, threshold: int = 1024) -> None
         onnx.save(model, str(graph))
 
 
+def page_graph(path: Path, byte_step: bool) -> None:
+    """An exported step as the page runs it, in place: the batch fixed to one row (the page decodes one; the runtime
+    then folds the shape arithmetic the batch dimension made), the nodes' export metadata (source lines, FX names: a
+    third of the file) dropped, the products that read the same input joined (`export_onnx.fuse_shared_gemms`), the
+    byte step's log p cut to its symbol columns (its first V columns, the words, are -inf inside a word: the page
+    reads the byte step's log p as columns V ... V + 257), and the word step's window ring (`RING`) no output: the
+    page moves the ring itself, which spares copying it out of the runtime and back at every word."""
+    import export_onnx
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    graph = model.graph
+    for value in [*graph.input, *graph.output]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param == "batch":
+                dim.Clear()
+                dim.dim_value = 1
+    del graph.value_info[:]  # their batch dimension is the exporter's; the runtime infers them again
+    for node in graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    export_onnx.fuse_shared_gemms(model)
+    if byte_step:  # log p = Concat(the words' -inf, the symbols): the symbols are the output
+        out = next(o for o in graph.output if o.name == "log_probs")
+        concat = next(n for n in graph.node if "log_probs" in n.output)
+        assert concat.op_type == "Concat" and len(concat.input) == 2, concat
+        concat.op_type, concat.input[:] = "Identity", concat.input[1:]
+        del concat.attribute[:]
+        out.type.tensor_type.shape.dim[-1].dim_value = SPELL_SYMBOLS
+    else:  # the window's ring: the page moves it itself (runner.js's advanceRing), no copy back
+        for out in [o for o in graph.output if o.name.removesuffix(".out") in RING]:
+            graph.output.remove(out)
+    outputs = {o.name for o in graph.output}
+    while True:  # what no output needs any more
+        used = {i for n in graph.node for i in n.input} | outputs
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            graph.node.remove(n)
+    for init in [i for i in graph.initializer if i.name not in used]:
+        graph.initializer.remove(init)
+    onnx.save(model, str(path))
+
+
+def compress(path: Path) -> Path:
+    """`path` as PATH.gz (gzip -9), the original removed: what the page fetches (`python -m http.server` sends files
+    as they are; the page inflates them with the browser's DecompressionStream)."""
+    packed = path.with_name(path.name + ".gz")
+    packed.write_bytes(gzip.compress(path.read_bytes(), 9, mtime=0))
+    path.unlink()
+    return packed
+
+
 def card(folder: Path) -> dict:
     """The folder's card figures the page shows: its test and validation perplexity (eval_results.json)."""
     try:
@@ -153,10 +217,10 @@ def export_model(folder: Path, out: Path, fp32: bool) -> dict:
         if (folder / name).is_file():
             shutil.copy(folder / name, out / name)
     fp32_word = out / "decode_step.onnx"
-    export_onnx.export(model, fp32_word, inspect=True)
+    export_onnx.export(model, fp32_word, inspect=True, window=True)  # the page passes the byte step's held slots
     int8_word = out / "decode_step.int8.onnx"
-    export_onnx.quantize(fp32_word, int8_word)
-    export_onnx.quantize(export_onnx.spell_path(fp32_word), export_onnx.spell_path(int8_word))
+    export_onnx.quantize_weights(fp32_word, int8_word)  # int8 weights, float32 products (faster in wasm)
+    export_onnx.quantize_weights(export_onnx.spell_path(fp32_word), export_onnx.spell_path(int8_word))
     files = {}
     for precision, word in (("int8", int8_word), ("fp32", fp32_word)):
         graphs = [word, export_onnx.spell_path(word)]
@@ -164,10 +228,14 @@ def export_model(folder: Path, out: Path, fp32: bool) -> dict:
             for f in graphs:
                 f.unlink()
             continue
+        for graph, byte_step in zip(graphs, (False, True), strict=True):
+            page_graph(graph, byte_step)
         blob = out / f"weights.{precision}.bin"
         share_weights(graphs, blob)
-        files[precision] = [g.name for g in graphs] + [blob.name]  # the word step, the byte step, their weights
+        # the word step, the byte step, their weights (each graph names the weights' file without .gz)
+        files[precision] = [compress(f).name for f in [*graphs, blob]]
     (out / "spell_start.npz").unlink()  # start.json holds it for the page
+    tokenizer_file = compress(out / "tokenizer.json").name
     # The state before the first token, every input of both graphs but the token and its spelling: the word state
     # (zeros, an empty window) and the speller's (export_onnx's own, as the runner reads spell_start.npz)
     word_in = export_onnx.spell_io_names(model)[0]
@@ -181,6 +249,7 @@ def export_model(folder: Path, out: Path, fp32: bool) -> dict:
         "name": folder.name,
         "path": f"models/{folder.name}",
         "files": files,
+        "tokenizer": [tokenizer_file, "tokenizer_config.json"],
         "vocab_size": cfg.vocab_size,
         "oov_slots": cfg.oov_slots,
         "pointer_window": cfg.pointer_window,

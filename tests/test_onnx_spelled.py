@@ -183,3 +183,86 @@ def test_a_folder_without_a_speller_exports_one_graph(tmp_path):
     assert sorted(p.name for p in (tmp_path / "onnx").glob("*.onnx")) == ["decode_step.onnx"]
     assert not (tmp_path / "onnx" / "spell_start.npz").exists()
     assert onnx_generate.OnnxPointerSentinel(tmp_path / "onnx").spelled is None
+
+
+@pytest.fixture(scope="module")
+def page_steps(spelled, tmp_path_factory):
+    """The tiny model's steps as export_web.py exports them before its page forms: the word step with the pointer's
+    view, the byte step with a window of dynamic length (`window=True`), and their weight-only int8 forms."""
+    m, _, _ = spelled
+    out = tmp_path_factory.mktemp("page_steps")
+    export_onnx.export(m, out / "decode_step.onnx", inspect=True, window=True)
+    for graph in (out / "decode_step.onnx", export_onnx.spell_path(out / "decode_step.onnx")):
+        export_onnx.quantize_weights(graph, graph.with_name(graph.name.replace(".onnx", ".int8.onnx")), SMALL)
+    return out
+
+
+SMALL = 256  # the tiny model's matrices are small: quantize those of 256 values or more (export_web.py: 4,096)
+
+
+def page_session(path):
+    """A session as the page makes it: the int8 weights folded into float32 at load (`disable_quant_qdq`)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def test_the_byte_step_over_the_held_slots_alone_gives_the_whole_windows_log_p(spelled, page_steps):
+    """With `window=True` the byte step takes any number of window slots: given only the slots that hold a word to
+    copy (copy mass above -inf; one empty slot when none does), as the page passes them, its log p and speller state
+    are the whole window's (to float rounding), at every byte of a text that copies spelled words."""
+    m, _, out = spelled
+    V = m.config.vocab_size
+    steps = onnx_generate.SpelledSteps(page_session(page_steps / "decode_step.onnx"),
+                                       page_session(page_steps / "spell_step.onnx"), V, m.config.oov_slots,
+                                       dict(np.load(page_steps / "spell_start.npz")))  # fmt: skip
+    ids = onnx_generate.OnnxPointerSentinel(out).encode(f"{PROMPTS[0]} was saved by Kelpravia and the Zorbane")[0]
+    state, checked, held_any = steps.empty(), 0, False
+    for t in ids:
+        if V <= t < V + SPELL_END:  # a byte: the whole window, then its held slots alone
+            feed = {n: state[n] for n in steps.byte_in if n != "input_ids"} | {"input_ids": np.array([t])}
+            copy = feed["copy_log_mass"][0]
+            held = np.flatnonzero(copy > -np.inf)
+            keep = held if held.size else np.array([0])
+            part = dict(feed, window_spellings=feed["window_spellings"][:, keep], copy_log_mass=copy[None, keep])
+            if not held.size:
+                part["copy_log_mass"] = np.full((1, 1), -np.inf, np.float32)
+            whole, few = steps.byte.run(None, feed), steps.byte.run(None, part)
+            for a, b in zip(whole, few, strict=True):
+                assert np.array_equal(np.isfinite(a), np.isfinite(b)) and np.allclose(a, b, atol=1e-5, equal_nan=True)
+            checked, held_any = checked + 1, held_any or held.size > 0
+        steps.step(t, state)
+    assert checked >= 10 and held_any
+
+
+def test_weight_only_int8_stores_int8_and_stays_near_float32(spelled, page_steps):
+    """`quantize_weights`: every float matrix of `SMALL` values or more stored as int8 with its DequantizeLinear (no
+    float copy, no dynamic quantization), which the runtime folds at load; the word step's log p stays within int8's
+    rounding of the float32 graph's over a text that spells and copies, the same argmax nearly everywhere."""
+    import onnx
+    from onnx import numpy_helper
+
+    m, _, out = spelled
+    V = m.config.vocab_size
+    for name in ("decode_step.int8.onnx", "spell_step.int8.onnx"):
+        graph = onnx.load(str(page_steps / name)).graph
+        tables = [numpy_helper.to_array(i) for i in graph.initializer]
+        assert not [t for t in tables if t.dtype == np.float32 and t.ndim == 2 and t.size >= SMALL], name
+        assert [t for t in tables if t.dtype == np.int8 and t.size >= SMALL], name
+        ops = {n.op_type for n in graph.node}
+        assert "DequantizeLinear" in ops and not ops & {"DynamicQuantizeLinear", "MatMulInteger"}, name
+    start = dict(np.load(page_steps / "spell_start.npz"))
+    runs = [onnx_generate.SpelledSteps(page_session(page_steps / f"decode_step{s}.onnx"),
+                                       page_session(page_steps / f"spell_step{s}.onnx"), V, m.config.oov_slots, start)
+            for s in ("", ".int8")]  # fmt: skip
+    ids = onnx_generate.OnnxPointerSentinel(out).encode(f"{PROMPTS[0]} was saved by Kelpravia and the Zorbane")[0]
+    states, worst, same = [r.empty() for r in runs], 0.0, 0
+    for t in ids:
+        a, b = (r.step(t, s)[0] for r, s in zip(runs, states, strict=True))
+        finite = np.isfinite(a)
+        assert np.array_equal(finite, np.isfinite(b))
+        worst, same = max(worst, float(np.abs(a - b)[finite].max())), same + (a.argmax() == b.argmax())
+    assert worst < 0.1 and same >= len(ids) - 2, (worst, same, len(ids))

@@ -339,3 +339,20 @@ def test_the_pipeline_passes_an_added_token_to_a_placeholder_model():
     ids = pipe.preprocess("the <speaker> was sunk")["input_ids"]
     assert ids.tolist() == ids_of(tok, "the <speaker> was sunk").tolist()
     assert tok.convert_tokens_to_ids("<speaker>") in ids[0].tolist()
+
+
+def test_export_onnx_refuses_a_resized_folder_in_one_line(tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("export_onnx", ROOT / "examples" / "export_onnx.py")
+    export_onnx = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export_onnx)
+    tok, m = resized("spelled")
+    m.save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    capsys.readouterr()  # the save's progress bars
+    with pytest.raises(SystemExit):
+        export_onnx.main([str(tmp_path / "m"), str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "a model with added tokens" in err.strip().splitlines()[-1], err

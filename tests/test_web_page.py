@@ -9,6 +9,7 @@ request outside the served folder) and a reload offline. benchmarks/web.py runs 
 times the page. `UPDATE_SCREENSHOT=1` writes the README's screenshot, results/web/screenshot.png.
 """
 
+import gzip
 import importlib
 import json
 import lzma
@@ -118,7 +119,7 @@ def site(tmp_path_factory):
         shutil.copy(ROOT / WT2 / f, tokenizers / f)
     listing = json.loads((out / "models.json").read_text())
     broken = shutil.copytree(out / "models" / NAME, out / "models" / "broken")
-    (broken / "decode_step.int8.onnx").write_bytes(b"not an ONNX file")
+    (broken / listing["models"][0]["files"]["int8"][0]).write_bytes(gzip.compress(b"not an ONNX file"))
     listing["models"].append({**listing["models"][0], "name": "broken", "path": "models/broken"})
     (out / "models.json").write_text(json.dumps(listing))
     return out
@@ -157,13 +158,15 @@ def browser(server):
     with sync_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
         context = chromium.new_context(viewport={"width": 1100, "height": 1000})
-        page, requests, errors = context.new_page(), [], []
+        page, requests, errors, first = context.new_page(), [], [], []
         context.on("request", lambda r: requests.append(r.url))  # the service worker's fetches too
         page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: first.append(r.url))  # the page's own, until its model has loaded
         page.goto(server)
         page.wait_for_function("document.body.dataset.state !== 'loading'", timeout=60_000)
+        page.evaluate("window.pointerPage.getModel(document.getElementById('model').value.split('|')[0], 'int8')")
         try:
-            yield page, context, requests, errors
+            yield page, context, requests, errors, list(first)
         finally:
             chromium.close()
 
@@ -185,17 +188,19 @@ def test_the_js_tokenizer_gives_the_python_ids_on_2000_lines(browser):
 
     page = browser[0]
     folders = {f"models/{NAME}": ROOT / FOLDER, "tokenizers/wt2": ROOT / WT2}
+    files = {f"models/{NAME}": ["tokenizer.json.gz", "tokenizer_config.json"],  # the site's, gzipped
+             "tokenizers/wt2": ["tokenizer.json", "tokenizer_config.json"]}  # fmt: skip
     tokenizers = {d: AutoTokenizer.from_pretrained(str(f), trust_remote_code=True) for d, f in folders.items()}
     lines = tokenizer_lines(tokenizers["tokenizers/wt2"])
     assert len(lines) == 2000
     for folder, tok in tokenizers.items():
         want = tok(lines, add_special_tokens=False)["input_ids"]
         got = page.evaluate(
-            """async ([dir, lines, ids]) => {
-                const tok = await window.pointerPage.loadTokenizer(dir);
+            """async ([dir, files, lines, ids]) => {
+                const tok = await window.pointerPage.loadTokenizer(dir, files);
                 return {ids: lines.map((x) => tok.encode(x)), text: ids.map((i) => tok.decode(i))};
             }""",
-            [folder, lines, want],
+            [folder, files[folder], lines, want],
         )
         wrong = [(line, a, b) for line, a, b in zip(lines, got["ids"], want, strict=True) if a != b]
         assert not wrong, f"{folder}: {len(wrong)} lines differ, e.g. {wrong[0]}"
@@ -300,7 +305,7 @@ def test_bad_input_gets_a_message_in_the_page(browser):
 def test_no_request_leaves_the_served_folder_and_the_page_works_offline(browser, server):
     """Every request the page made (its service worker's included) is for the served folder; once the service worker
     holds the site, a reload with the network off still loads and generates."""
-    page, context, requests, _ = browser
+    page, context, requests, *_ = browser
     assert requests and all(u.startswith(server) for u in requests), [u for u in requests if not u.startswith(server)]
     page.evaluate("navigator.serviceWorker.ready.then(() => true)")
     context.set_offline(True)
@@ -336,3 +341,68 @@ def test_npm_ci_is_skipped_while_node_modules_matches_the_lockfile(site, monkeyp
     monkeypatch.setattr(shutil, "which", lambda name: None)
     dist = export_web.npm_ci()
     assert all((dist / f).is_file() for f in export_web.ORT_FILES)
+
+
+def site_graph(site, name: str):
+    """One of the site's gzipped graphs (its weights external, not loaded)."""
+    import onnx
+
+    return onnx.load_from_string(gzip.decompress((site / "models" / NAME / name).read_bytes()))
+
+
+def test_the_site_sends_the_model_files_gzipped_within_the_size_goal(site):
+    """What a browser downloads for the PTB model as `python -m http.server` sends it (no compression of its own):
+    the graphs, their weights and the tokenizer gzipped by export_web.py, and the int8 files within 3 MB."""
+    entry = json.loads((site / "models.json").read_text())["models"][0]
+    folder = site / "models" / NAME
+    assert all(f.endswith(".gz") for f in [*entry["files"]["int8"], *entry["files"]["fp32"], entry["tokenizer"][0]])
+    assert not [f.name for f in folder.iterdir() if f.suffix in (".onnx", ".bin") or f.name == "tokenizer.json"]
+    for f in [*entry["files"]["int8"], entry["tokenizer"][0]]:
+        gzip.decompress((folder / f).read_bytes())  # a gzip file, whole
+    sent = sum(f.stat().st_size for f in folder.iterdir() if f.name not in entry["files"]["fp32"])
+    assert sent <= 3_000_000, sent
+
+
+def test_the_page_graphs_are_the_steps_made_lighter(site):
+    """export_web.py's forms of the steps (export_web.page_graph): one row; the int8 matrices are int8 with a
+    DequantizeLinear (folded to float32 at load) and no dynamic quantization; the last hidden state feeds one Gemm
+    (export_onnx.fuse_shared_gemms); no bool cast to a number for any/all (export_onnx.bool_reductions); the word step
+    gives no window ring back (the page moves it); the byte step's window has a dynamic length and its log p is the
+    258 symbol columns."""
+    from onnx import TensorProto
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    import export_web
+
+    word, byte = site_graph(site, "decode_step.int8.onnx.gz"), site_graph(site, "spell_step.int8.onnx.gz")
+    for graph in (word.graph, byte.graph):
+        ops = [n.op_type for n in graph.node]
+        assert "DynamicQuantizeLinear" not in ops and "MatMulInteger" not in ops and "DequantizeLinear" in ops
+        big = [i for i in graph.initializer if len(i.dims) == 2 and i.dims[0] * i.dims[1] >= 4096]
+        assert big and all(i.data_type == TensorProto.INT8 for i in big), [(i.name, i.data_type) for i in big]
+        made = {o: n for n in graph.node for o in n.output}
+        casts = [n for n in graph.node if n.op_type in ("ReduceMax", "ReduceMin") and n.input[0] in made
+                 and made[n.input[0]].op_type == "Cast"]  # fmt: skip
+        assert not casts, [n.name for n in casts]
+        assert all(d.dim_value == 1 for v in graph.input if v.type.tensor_type.shape.dim
+                   for d in v.type.tensor_type.shape.dim[:1]), "the batch is one row"  # fmt: skip
+    last = next(v.name for v in word.graph.output if v.name.startswith("hidden.") and v.name.endswith(".out")
+                and not any(w.name > v.name for w in word.graph.output if w.name.startswith("hidden.")))  # fmt: skip
+    assert [n.op_type for n in word.graph.node if last in n.input].count("Gemm") == 1
+    assert not {v.name.removesuffix(".out") for v in word.graph.output} & set(export_web.RING)
+    window = next(v for v in byte.graph.input if v.name == "window_spellings").type.tensor_type.shape.dim
+    assert window[1].dim_param and not window[1].dim_value, window
+    log_p = next(v for v in byte.graph.output if v.name == "log_probs").type.tensor_type.shape.dim
+    assert log_p[-1].dim_value == export_web.SPELL_SYMBOLS
+
+
+def test_the_page_reads_int8_weights_as_float32_and_starts_the_runtime_at_once(browser):
+    """The page's session options fold the int8 weights into float32 at load (`disable_quant_qdq`: its float32
+    products are faster than its int8 ones); on the first load it asks for the runtime's wasm before the model's
+    graphs (a one-node session made at once), so that the runtime compiles while the model files come."""
+    page, first = browser[0], browser[4]
+    options = page.evaluate("import('./runner.js').then((m) => m.SESSION_OPTIONS)")
+    assert options["extra"]["session"]["disable_quant_qdq"] == "1" and options["executionProviders"] == ["wasm"]
+    runtime = next(i for i, u in enumerate(first) if u.endswith("ort-wasm-simd-threaded.mjs"))
+    graphs = next(i for i, u in enumerate(first) if "step.int8.onnx" in u)
+    assert runtime < graphs, first

@@ -9,6 +9,11 @@ import { Tokenizer } from "./tokenizer.js";
 
 ort.env.wasm.numThreads = 1; // multi-threaded wasm needs cross-origin isolation, which a static host may not give
 ort.env.wasm.wasmPaths = new URL("./", import.meta.url).href; // the runtime's files beside the page, never a CDN
+// The runtime fetches and compiles its wasm (14 MB) when the first session is made: make one now (a one-node graph,
+// dropped at once), so that this overlaps the page's own fetches of the model files rather than following them.
+const WARM = "CAoSADo6ChAKAXgSAXkiCElkZW50aXR5EgR3YXJtWg8KAXgSCgoICAESBAoCCAFiDwoBeRIKCggIARIECgIIAUIECgAQFA==";
+ort.InferenceSession.create(Uint8Array.from(atob(WARM), (c) => c.charCodeAt(0)), { executionProviders: ["wasm"] })
+  .then((session) => session.release(), () => {}); // a failure shows when the model's own session is made
 
 export const MAX_PROMPT_WORDS = 1000, MAX_WORDS = 200, CONTEXT = 100, COPIED = 0.5;
 const $ = (id) => document.getElementById(id);
@@ -115,7 +120,7 @@ async function generate({ model: name, precision = "int8", prompt, maxWords = 50
   let moment = row.moment, wordLog = 0, symbols = [], tFirst = null;
   while (words.length < maxWords && tokens.length < maxWords * 70 && !stop()) {
     const t = model.choose(logP, opts), s = t - V;
-    wordLog += logP[t];
+    wordLog += logP.at(t);
     tokens.push(t);
     if (s >= 0 && s !== SPELL_END) symbols.push(s);
     let record = null;
@@ -289,10 +294,11 @@ async function init() {
   }
 }
 
-/** The tokenizer of a folder of the site (tokenizer.json and tokenizer_config.json in `dir`). */
-async function loadTokenizer(dir) {
-  const [json, config] = await Promise.all([fetchJson(`${dir}/tokenizer.json`, "the tokenizer"),
-    fetchJson(`${dir}/tokenizer_config.json`, "the tokenizer's configuration")]);
+/** The tokenizer of a folder of the site (`files`: its tokenizer.json, gzipped or not, and tokenizer_config.json in
+ * `dir`; a model's are its models.json entry's `tokenizer`). */
+async function loadTokenizer(dir, files = ["tokenizer.json", "tokenizer_config.json"]) {
+  const [json, config] = await Promise.all([fetchJson(`${dir}/${files[0]}`, "the tokenizer"),
+    fetchJson(`${dir}/${files[1]}`, "the tokenizer's configuration")]);
   return new Tokenizer(json, config);
 }
 

@@ -3,6 +3,9 @@
 // V + k) and the byte step inside a word; the row's word in progress and its slots are kept here, as the model's
 // `SpelledRow` keeps them. The word step also gives the pointer's view (attention over the window's ring, gate g),
 // from which `record` and `moment` split each word's probability as modeling_pointer_sentinel/inspection.py does.
+// For speed (export_web.py's page graphs): the window's ring is kept and moved here, the word step reads it and gives
+// none of it back (`advanceRing`); the byte step gets only the slots that hold a word to copy (`heldSlots`) and
+// gives the 258 symbols' log p; the int8 weights become float32 matrices when the sessions load.
 
 import { Tokenizer } from "./tokenizer.js";
 
@@ -18,7 +21,13 @@ async function fetchBytes(url, what) {
     throw new Error(`${what} (${url}) could not be fetched: ${e.message}`);
   }
   if (!response.ok) throw new Error(`${what} (${url}) could not be fetched: HTTP ${response.status}`);
-  return new Uint8Array(await response.arrayBuffer());
+  if (!url.endsWith(".gz")) return new Uint8Array(await response.arrayBuffer());
+  // export_web.py writes the large files gzipped: `python -m http.server` sends them as they are, the page inflates
+  try {
+    return new Uint8Array(await new Response(response.body.pipeThrough(new DecompressionStream("gzip"))).arrayBuffer());
+  } catch (e) {
+    throw new Error(`${what} (${url}) is not a gzip file: ${e.message}`);
+  }
 }
 
 export async function fetchJson(url, what) {
@@ -27,6 +36,25 @@ export async function fetchJson(url, what) {
     return JSON.parse(new TextDecoder().decode(bytes));
   } catch (e) {
     throw new Error(`${what} (${url}) is not valid JSON: ${e.message}`);
+  }
+}
+
+/** The session options of both steps: the wasm backend, every graph optimization, and int8 weights read as float32:
+ * export_web.py's int8 graphs hold each matrix as int8 and a DequantizeLinear, which the runtime folds into a float32
+ * matrix at load only with `disable_quant_qdq` (its float32 products are twice as fast as its int8 ones in wasm). */
+export const SESSION_OPTIONS = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
+  extra: { session: { disable_quant_qdq: "1" } } };
+
+/** A step's log p over the ids from `offset` on (the word step: all V + 258; the byte step: the 258 symbols, its
+ * words being -inf). */
+export class Scores {
+  constructor(data, offset = 0) {
+    this.data = data;
+    this.offset = offset;
+  }
+  at(id) {
+    const i = id - this.offset;
+    return i >= 0 && i < this.data.length ? this.data[i] : -Infinity;
   }
 }
 
@@ -62,31 +90,35 @@ export class Model {
     m.entry = entry;
     m.precision = precision;
     const dir = `${base}${entry.path}/`;
-    const [tokJson, tokConfig, start] = await Promise.all([
-      fetchJson(dir + "tokenizer.json", "the tokenizer"),
-      fetchJson(dir + "tokenizer_config.json", "the tokenizer's configuration"),
-      fetchJson(dir + "start.json", "the start state"),
-    ]);
-    m.tokenizer = new Tokenizer(tokJson, tokConfig);
     const files = entry.files[precision];
     if (!files) throw new Error(`${entry.name} was exported without ${precision} graphs`);
-    // the word step, the byte step and the weights they share (ONNX external data, named in each graph)
-    const [word, byte, weights] = await Promise.all(files.map((f) => fetchBytes(dir + f, "the model file")));
-    const options = { executionProviders: ["wasm"], graphOptimizationLevel: "all",
-      externalData: [{ path: files[2], data: weights }] };
+    const [tokFile, tokConfigFile] = entry.tokenizer ?? ["tokenizer.json", "tokenizer_config.json"];
+    // every file at once: the tokenizer, the start state, the word step, the byte step and the weights they share
+    // (ONNX external data, named in each graph without .gz)
+    const [tokJson, tokConfig, start, word, byte, weights] = await Promise.all([
+      fetchJson(dir + tokFile, "the tokenizer"),
+      fetchJson(dir + tokConfigFile, "the tokenizer's configuration"),
+      fetchJson(dir + "start.json", "the start state"),
+      ...files.map((f) => fetchBytes(dir + f, "the model file")),
+    ]);
+    const options = { ...SESSION_OPTIONS, externalData: [{ path: files[2].replace(/\.gz$/, ""), data: weights }] };
     try {
       m.word = await ort.InferenceSession.create(word, options);
       m.byte = await ort.InferenceSession.create(byte, options);
     } catch (e) {
       throw new Error(`the model file of ${entry.name} failed to load: ${String(e.message || e).split("\n")[0]}`);
     }
+    m.tokenizer = new Tokenizer(tokJson, tokConfig);
     m.V = entry.vocab_size;
     m.N = entry.oov_slots;
     m.L = entry.pointer_window;
     m.K = entry.copied_symbols;
     m.pointer = entry.use_pointer;
     m.suppress = entry.suppress_tokens;
+    m.suppressed = new Set(entry.suppress_tokens);
     m.start = start;
+    m.ring = m.pointer && !m.word.outputNames.includes("window_keys.out"); // the word step leaves the ring to us
+    m.lastHidden = m.word.inputNames.filter((n) => n.startsWith("hidden.")).sort().at(-1);
     return m;
   }
 
@@ -104,19 +136,52 @@ export class Model {
     return new this.ort.Tensor(spec.type, data, spec.dims);
   }
 
-  /** The state before the first token: one row's tensors by input name, and its spelled words. */
+  /** The state before the first token: one row's tensors by input name, its spelled words and the byte step's
+   * window. */
   empty() {
     const state = {};
     for (const [name, spec] of Object.entries(this.start)) state[name] = this.tensor(spec);
-    return { tensors: state, words: new SpelledWords(), moment: null, steps: 0 };
+    const row = { tensors: state, words: new SpelledWords(), moment: null, steps: 0 };
+    row.window = this.heldSlots(state.window_spellings.data, state.copy_log_mass.data);
+    return row;
+  }
+
+  /** The window's ring one word on, in place, as the model's word step moves it (`decode_step`, `spelled_word_step`):
+   * the word's key (the last layer's new hidden state), its context (the key before it), id, spelling and validity
+   * at the ring's slot, and the slot one on. The word step reads the ring but does not give it back (export_web.py
+   * drops those outputs): its inputs, kept here, are the only copy. */
+  advanceRing(row, token, kept) {
+    const t = row.tensors, L = this.L, s = Number(t.window_slot.data[0]);
+    const keys = t.window_keys.data, D = keys.length / L, newest = (s + L - 1) % L;
+    if (t.window_context) t.window_context.data.set(keys.subarray(newest * D, (newest + 1) * D), s * D);
+    keys.set(t[this.lastHidden].data, s * D);
+    t.window_ids.data[s] = BigInt(token);
+    t.window_valid.data[s] = 1;
+    t.window_spellings.data.set(kept, s * this.K);
+    t.window_slot.data[0] = BigInt((s + 1) % L);
   }
 
   ids(values) {
     return new this.ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), [values.length]);
   }
 
-  /** One token of the row: log p (Float32Array, V + 258) of the next; `row` updated. A word step leaves the
-   * pointer's view in `row.moment`. */
+  /** The byte step's window, computed once per word: the slots that hold a word to copy (copy mass above -inf),
+   * their spellings (1, H, K) and copy masses (1, H), or one empty slot when none does. The byte step's mixture over
+   * them is the one over all L slots (an empty slot adds nothing to it), as the model's own eager step reads them. */
+  heldSlots(spellings, logCopy) {
+    const K = this.K, held = [];
+    for (let i = 0; i < logCopy.length; i++) if (logCopy[i] > -Infinity) held.push(i);
+    const H = Math.max(held.length, 1), words = new BigInt64Array(H * K).fill(-1n), copy = new Float32Array(H).fill(-Infinity);
+    held.forEach((i, j) => {
+      words.set(spellings.subarray(i * K, (i + 1) * K), j * K);
+      copy[j] = logCopy[i];
+    });
+    return { slots: held, feed: { window_spellings: new this.ort.Tensor("int64", words, [1, H, K]),
+      copy_log_mass: new this.ort.Tensor("float32", copy, [1, H]) } };
+  }
+
+  /** One token of the row: log p of the next (Scores: the word step's over all V + 258 ids, the byte step's over
+   * the 258 symbols); `row` updated. A word step leaves the pointer's view in `row.moment`. */
   async step(token, row) {
     const s = token - this.V, words = row.words;
     let session, feed;
@@ -125,7 +190,7 @@ export class Model {
         throw new Error("`<+w>` must follow a spelled byte.");
       words.word.push(s);
       session = this.byte;
-      feed = { input_ids: this.ids([token]) };
+      feed = { input_ids: this.ids([token]), ...row.window.feed };
     } else {
       let spelling = [];
       if (s === SPELL_END) {
@@ -146,11 +211,13 @@ export class Model {
       const key = name.endsWith(".out") ? name.slice(0, -4) : name;
       row.tensors[key] = out[name];
     }
-    const logP = out[session.outputNames[0]].data;
-    if (session === this.word) {
-      row.steps += 1;
-      row.moment = this.snapshot(row, logP);
-    }
+    const data = out[session.outputNames[0]].data;
+    if (session === this.byte) return new Scores(data, this.V);
+    const logP = new Scores(data);
+    if (this.ring) this.advanceRing(row, token, feed.spelling.data);
+    row.window = this.heldSlots(row.tensors.window_spellings.data, row.tensors.copy_log_mass.data);
+    row.steps += 1;
+    row.moment = this.snapshot(row, logP);
     return logP;
   }
 
@@ -159,16 +226,16 @@ export class Model {
   snapshot(row, logP) {
     const t = row.tensors;
     return {
-      logP,
+      logP: logP.data,
       step: row.steps - 1,
       attention: this.pointer ? t.attention.data : null,
       gate: this.pointer ? t.gate.data[0] : 1,
-      windowIds: this.pointer ? t.window_ids.data : null,
-      windowValid: this.pointer ? t.window_valid.data : null,
-      spellings: t.window_spellings.data,
+      windowIds: this.pointer ? t.window_ids.data.slice() : null, // the ring moves on at the next word
+      windowValid: this.pointer ? t.window_valid.data.slice() : null,
+      held: row.window, // the slots that hold a spelled word to copy, their spellings
       logCopy: t.copy_log_mass.data,
       logNew: t.new_log_mass.data[0],
-      speller: Object.fromEntries(this.byte.inputNames.filter((n) => n !== "input_ids").map((n) => [n, t[n]])),
+      speller: Object.fromEntries(this.byte.inputNames.filter((n) => n !== "input_ids").map((n) => [n, row.window.feed[n] ?? t[n]])),
     };
   }
 
@@ -238,14 +305,15 @@ export class Model {
     }
     if (this.pointer) {
       const seen = new Map(); // slot id -> spelling
-      for (let i = 0; i < this.L; i++) {
+      const words = m.held.feed.window_spellings.data, K = this.K;
+      m.held.slots.forEach((i, j) => {
         const w = Number(m.windowIds[i]);
-        if (w >= V && m.logCopy[i] > -Infinity && m.spellings[i * this.K] >= 0n && !seen.has(w)) {
+        if (w >= V && words[j * K] >= 0n && !seen.has(w)) {
           const s = [];
-          for (let k = 0; k < this.K && m.spellings[i * this.K + k] >= 0n; k++) s.push(Number(m.spellings[i * this.K + k]));
+          for (let k = 0; k < K && words[j * K + k] >= 0n; k++) s.push(Number(words[j * K + k]));
           seen.set(w, s);
         }
-      }
+      });
       let listed = 0;
       for (const [w, s] of seen) {
         const logSpell = await this.logSpell(m, s);
@@ -265,16 +333,21 @@ export class Model {
     return rows.sort((a, b) => b.probability - a.probability).slice(0, TOP_K);
   }
 
-  /** The next token from log p: greedy (argmax, the first of ties, as numpy's), or sampled (temperature, then
-   * top-k) with `random` (a seeded generator); generation_config's suppressed tokens never. */
+  /** The next token from log p (Scores): greedy (argmax, the first of ties, as numpy's), or sampled (temperature,
+   * then top-k) with `random` (a seeded generator); generation_config's suppressed tokens never. */
   choose(logP, { sample = false, temperature = 1, topK = 0, random = Math.random } = {}) {
-    const scores = Float64Array.from(logP);
-    for (const t of this.suppress) scores[t] = -Infinity;
+    const { data, offset } = logP;
     if (!sample) {
-      let best = 0;
-      for (let i = 1; i < scores.length; i++) if (scores[i] > scores[best]) best = i;
-      return best;
+      let best = -1, top = -Infinity;
+      for (let i = 0; i < data.length; i++)
+        if ((data[i] > top || best < 0) && !this.suppressed.has(i + offset)) {
+          best = i;
+          top = data[i];
+        }
+      return best + offset;
     }
+    const scores = Float64Array.from(data);
+    for (const t of this.suppress) if (t >= offset && t - offset < scores.length) scores[t - offset] = -Infinity;
     for (let i = 0; i < scores.length; i++) scores[i] /= temperature;
     if (topK > 0 && topK < scores.length) {
       const kth = Float64Array.from(scores).sort()[scores.length - topK];
@@ -285,8 +358,8 @@ export class Model {
     const p = scores.map((s) => Math.exp(s - max));
     for (const x of p) total += x;
     let u = random() * total;
-    for (let i = 0; i < p.length; i++) if ((u -= p[i]) < 0 && p[i] > 0) return i;
-    return p.findLastIndex((x) => x > 0);
+    for (let i = 0; i < p.length; i++) if ((u -= p[i]) < 0 && p[i] > 0) return i + offset;
+    return p.findLastIndex((x) => x > 0) + offset;
   }
 }
 
