@@ -1537,7 +1537,7 @@ class PackedWeights(NamedTuple):
     output: tuple[torch.Tensor, torch.Tensor] | None  # U (V, D), b; None with the adaptive softmax
     adaptive: PackedAdaptiveSoftmax | None  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
-    speller: tuple | None = None  # the speller's init_state, [W_ih | W_hh] and output layer, each (W, b)
+    speller: tuple | None = None  # init_state, [W_ih | W_hh], output layer (W, b); a word's first step's constants
 
 
 def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) -> PackedWeights:
@@ -1568,7 +1568,12 @@ def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) ->
         speller = ((t(sp.init_state.weight), sp.init_state.bias.detach()),
                    (t(torch.cat([lstm_s.weight_ih_l0, lstm_s.weight_hh_l0], 1).detach()),
                     (lstm_s.bias_ih_l0 + lstm_s.bias_hh_l0).detach()),
-                   (t(sp.out.weight), sp.out.bias.detach()))  # fmt: skip
+                   (t(sp.out.weight), sp.out.bias.detach()),
+                   # a word's first step reads the start symbol and cannot end the word: its input's gates and the
+                   # mask on the end symbols are constants, so that step multiplies the state alone
+                   (F.linear(sp.embed_bytes.weight[SPELL_END], lstm_s.weight_ih_l0, lstm_s.bias_ih_l0).detach()
+                    + lstm_s.bias_hh_l0.detach(), sp.out.bias.detach().index_fill(0, torch.arange(SPELL_END,
+                    SPELL_SYMBOLS, device=sp.out.bias.device), -torch.inf)))  # fmt: skip
     return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
                          input_first, speller)  # fmt: skip
 
@@ -1650,14 +1655,17 @@ def speller_start(model, w: "PackedWeights", h_t: torch.Tensor) -> tuple[torch.T
 def speller_step(model, w: "PackedWeights", symbol: torch.Tensor, h: torch.Tensor, c: torch.Tensor, first: bool):
     """The speller's LSTM one symbol on (`Speller.forward` at one position) on packed weights: the symbol read
     (SPELL_END starts a word, `<+w>` reads as it), the state in place, and log p_spell of the next symbol."""
-    x = F.embedding(symbol.clamp(0, SPELL_END), model.speller.embed_bytes.weight)
-    h_new, c_new = lstm_cell(_linear(torch.cat([x, h], 1), *w.speller[1], w.input_first), c)
+    (lstm_w, lstm_b), (out_w, out_b), (start_gates, first_out_b) = w.speller[1:]
+    if first:  # the start symbol's gates and "a word starts with a byte" are in the constants
+        S = h.shape[-1]
+        gates = _linear(h, lstm_w[S:] if w.input_first else lstm_w[:, S:], start_gates, w.input_first)
+    else:
+        x = F.embedding(symbol.clamp(0, SPELL_END), model.speller.embed_bytes.weight)
+        gates = _linear(torch.cat([x, h], 1), lstm_w, lstm_b, w.input_first)
+    h_new, c_new = lstm_cell(gates, c)
     h.copy_(h_new)
     c.copy_(c_new)
-    logits = _linear(h_new, *w.speller[2], w.input_first)
-    if first:
-        logits[:, SPELL_END:] = -torch.inf  # a word starts with a byte
-    return torch.log_softmax(_upcast(logits), -1)
+    return torch.log_softmax(_upcast(_linear(h_new, out_w, first_out_b if first else out_b, w.input_first)), -1)
 
 
 def spell_state(model, w: "PackedWeights", cache: PointerSentinelCache) -> SpellState:
