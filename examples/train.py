@@ -42,6 +42,7 @@ from cli import (  # noqa: E402
 )
 
 TEXT_RULES = ("wikitext", "ptb", "whitespace")  # tokenization.TEXT_RULES (a test holds them equal), not imported here
+SPELLED_UNSEEN_WORD_RATE = 0.3  # training.SPELLED_UNSEEN_WORD_RATE (a test holds them equal), for --help
 
 # Every numeric flag's range, checked once the command line and --config are read (before any work) and appended to
 # the flag's --help; a flag left at None (not given) is not checked.
@@ -161,10 +162,11 @@ def parse_args(argv=None):
     a("--eval_bptt", type=int, default=200)
     a("--gradient_accumulation_steps", type=int, default=1)
     a("--seed", type=int, default=1111)
-    a("--unseen_word_rate", type=float, default=0.0, help="teach the pointer to copy words the vocabulary lacks: "
+    a("--unseen_word_rate", type=float, default=None, help="teach the pointer to copy words the vocabulary lacks: "
       "in each --unseen_word_block tokens of the training split, each word seen at most --unseen_word_max_count "
       "times plays an unseen word with this probability, as a placeholder (needs the model's oov_slots), or, with "
-      "a speller, spelled as the tokenizer spells a word it lacks")  # fmt: skip
+      "a speller, spelled as the tokenizer spells a word it lacks. Default: with a speller "
+      f"{SPELLED_UNSEEN_WORD_RATE:g} (chosen on validation: results/unseen_rate), else 0")  # fmt: skip
     a("--unseen_word_max_count", type=int, default=10)
     a("--unseen_word_block", type=int, default=1000)
     a(
@@ -313,6 +315,7 @@ from modeling_pointer_sentinel.training import (  # noqa: E402
     spelling_fields,
     start_oov_pointer,
     suppress_unk_in_generation,
+    unseen_word_rate_for,
     word_count,
 )
 
@@ -439,6 +442,10 @@ def main(argv=None):
             check_frequency_order(None, cfg.adaptive_softmax_cutoffs, cfg.vocab_size, counts=counts["train"])
     except ValueError as e:  # an empty split, a tokenizer without an end-of-line token or not in frequency order
         fail(e)
+    given, args.unseen_word_rate = args.unseen_word_rate, unseen_word_rate_for(cfg, args.unseen_word_rate)
+    if given is None and args.unseen_word_rate:
+        accelerator.print(f"rare training words spelled at rate {args.unseen_word_rate:g}, the default with a speller "
+                          "(--unseen_word_rate 0: none)")  # fmt: skip
     if args.unseen_word_rate:  # the training split only: validation keeps scoring the closed vocabulary
         try:
             ids["train"], counts["train"] = simulate_unseen_training_words(

@@ -801,6 +801,18 @@ def config_for_tokenizer(tokenizer, fields: dict) -> PointerSentinelConfig:
 
 SPELLER_SIZE = 256  # a raw-text run's speller (train.py's --speller_size), as the shipped folders' (add_speller.py)
 SPELLED_OOV_SLOTS = 256  # the model's numbering of a text's spelled words: more than a pointer window of 100 words
+# A spelling run's --unseen_word_rate when none is given: chosen on validation (results/unseen_rate/README.md)
+SPELLED_UNSEEN_WORD_RATE = 0.3
+
+
+def unseen_word_rate_for(config, rate: float | None) -> float:
+    """train.py's --unseen_word_rate (None: not given) for a model of `config`: with a speller, SPELLED_UNSEEN_WORD_RATE
+    (its rare training words spelled, so the speller learns to spell and the pointer to copy words the vocabulary
+    lacks; a training split built from the text holds every word, so with none spelled neither would learn); without
+    one, 0 (placeholders are a fine-tuning recipe's choice)."""
+    if rate is not None:
+        return rate
+    return SPELLED_UNSEEN_WORD_RATE if config.speller_size else 0.0
 
 
 def speller_for(tokenizer, built: bool, speller_size: int | None) -> int:

@@ -1,9 +1,11 @@
 """train.py on a user's raw prose ("ids that carry the text", part 4): text rules that split punctuation off, recipe
-cutoffs that fit a small vocabulary, an open-vocabulary (spelling) run out of the box, fine-tuning a shipped folder,
-and a spell-mode resume that is exact."""
+cutoffs that fit a small vocabulary, an open-vocabulary (spelling) run out of the box that spells rare training words
+at the rate chosen on validation, fine-tuning a shipped folder, and spell-mode resumes (one process, a 2-rank launch
+killed) that are exact."""
 
 import json
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,11 +15,13 @@ from test_train import TINY, losses, train_module
 from modeling_pointer_sentinel.modeling_pointer_sentinel import SPELL_END
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, spelling_vocabulary
 from modeling_pointer_sentinel.training import (
+    SPELLED_UNSEEN_WORD_RATE,
     check_frequency_order,
     encode_lines,
     fit_cutoffs,
     shard_streams,
     simulate_spelled_unseen_words,
+    unseen_word_rate_for,
 )
 
 NOUNS = "play poem king queen house river city letter ship garden".split()
@@ -160,6 +164,43 @@ def test_a_word_level_corpus_keeps_its_unk_and_the_speller_flag_turns_spelling_o
     assert json.loads((tmp_path / "spell" / "config.json").read_text())["speller_size"] == 32
 
 
+class Stopped(Exception):
+    """Raised where a test has seen what it wanted of a run, before its training."""
+
+
+def test_a_run_that_spells_simulates_unseen_words_at_the_rate_chosen_on_validation(
+    raw_corpus, tmp_path, monkeypatch, capsys
+):
+    """Without --unseen_word_rate a run with a speller spells its rare training words at the rate the study chose
+    (results/unseen_rate), so the speller learns to spell and the pointer to copy; a run without one has none; a rate
+    given is used as given."""
+    study = json.loads((ROOT / "results" / "unseen_rate" / "study.json").read_text())
+    train = train_module()
+    assert train.SPELLED_UNSEEN_WORD_RATE == SPELLED_UNSEEN_WORD_RATE == study["chosen_rate"] > 0
+    spelling, word_level = SimpleNamespace(speller_size=32), SimpleNamespace(speller_size=0)  # the configs' field
+    assert unseen_word_rate_for(spelling, None) == SPELLED_UNSEEN_WORD_RATE and unseen_word_rate_for(spelling, 0) == 0
+    assert unseen_word_rate_for(word_level, None) == 0 and unseen_word_rate_for(word_level, 0.2) == 0.2
+    rates, simulate = [], train.simulate_unseen_training_words
+
+    def simulated(ids, config, rate, *args):
+        rates.append(rate)
+        return simulate(ids, config, rate, *args)
+
+    def stop(*_):  # the rate is chosen by then
+        raise Stopped
+
+    monkeypatch.setattr(train, "simulate_unseen_training_words", simulated)
+    monkeypatch.setattr(train, "rank_streams", stop)
+    for extra, expected in [((), [SPELLED_UNSEEN_WORD_RATE]), (("--speller_size", "0"), []),
+                            (("--unseen_word_rate", "0.1"), [0.1]), (("--unseen_word_rate", "0"), [])]:  # fmt: skip
+        rates.clear()
+        with pytest.raises(Stopped):
+            train.main(raw_args(raw_corpus, tmp_path / "run", *extra))
+        assert rates == expected, extra
+        said = f"spelled at rate {SPELLED_UNSEEN_WORD_RATE:g}, the default with a speller"
+        assert (said in capsys.readouterr().out) == (not extra), extra
+
+
 # ---- 4. fine-tuning a shipped folder on raw text ----
 @pytest.mark.parametrize("folder", ["wt2-pointer-sentinel-lstm-2x200", "ptb-pointer-sentinel-lstm-2x200"])
 def test_a_shipped_folder_fine_tunes_on_raw_text(folder, raw_corpus, tmp_path):
@@ -182,3 +223,40 @@ def test_a_spell_mode_resume_reproduces_the_uninterrupted_losses(raw_corpus, tmp
     train.main(raw_args(raw_corpus, resumed, *common, "--resume_from_checkpoint", str(full / "step_4")))
     a, b = losses(full), losses(resumed)
     assert sorted(b) == [5, 6, 7, 8] and all(b[s] == a[s] for s in b), (a, b)
+
+
+def test_a_two_process_spell_mode_run_killed_and_resumed_is_bit_exact(raw_corpus, tmp_path):
+    """`accelerate launch` with 2 gloo ranks of a spelling run (a speller, rare words spelled, dropout): both ranks
+    SIGKILL themselves right after optimizer step 6 (before its log), past the checkpoint at step 4
+    (tests/kill_during_save.py), and the run
+    is resumed with --resume_from_checkpoint latest: every loss logged, the final weights and the final figures are
+    those of the 2-rank run never killed, bit for bit."""
+    from safetensors.torch import load_file
+    from test_checkpoints import KILLER
+    from test_train import launch
+
+    cfg = json.loads(TINY.read_text())
+    cfg["model"].update(input_dropout=0.3, weight_drop=0.3, embedding_dropout=0.1)  # the RNGs must resume too
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    # any word may be spelled (not only the rare): every row's window holds spelled words when the checkpoint is saved
+    args = ["--max_train_steps", "8", "--checkpointing_steps", "4", "--unseen_word_rate", "0.3", "--seed", "3",
+            "--unseen_word_max_count", "1000", "--num_threads", "1", "--eval_max_tokens", "200",
+            "--resume_from_checkpoint", "latest"]  # fmt: skip
+    run = [*raw_args(raw_corpus, whole, *args), "--config", str(tmp_path / "cfg.json")]
+    launch(run, processes=2, port=29657)
+    run[run.index(str(whole))] = str(killed)
+    done = launch(run, processes=2, port=29657, check=False, script=KILLER, KILL_AT_STEP="6")
+    assert done.returncode != 0 and "Signal 9 (SIGKILL)" in done.stderr, done.stderr[-3000:]
+    assert (killed / "step_4").is_dir() and not (killed / "results.json").exists()
+    done = launch(run, processes=2, port=29657)
+    assert "resuming from" in done.stdout and "2 process(es) x batch 2" in done.stdout
+    reference = losses(whole)
+    rows = [json.loads(line) for line in (killed / "log.jsonl").read_text().splitlines()]
+    logged = [(r["step"], r["train_loss"]) for r in rows if "train_loss" in r]
+    assert sorted(reference) == list(range(1, 9)) and [s for s, _ in logged] == [*range(1, 6), *range(5, 9)]
+    assert all(loss == reference[s] for s, loss in logged), (logged, reference)
+    a, b = load_file(whole / "model.safetensors"), load_file(killed / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ra, rb = (json.loads((d / "results.json").read_text()) for d in (whole, killed))
+    assert all(ra[k] == rb[k] for k in ("validation_ppl", "validation_bits_per_byte", "test_ppl", "test_bits_per_byte"))
