@@ -24,10 +24,15 @@ default the bundled WikiText-2 training text, repeated; written to --work and de
 text and the reading of the model included) and targets per second of the scoring (evaluate.py's `seconds`).
 `--evaluate small` scores with a small model of this package made here in --work (1 layer of 32 units, pointer
 window 20, no adaptive softmax, a 200-word vocabulary built from the corpus: everything else read as <unk>), fast
-enough for 100M targets on one core; its figures mean nothing, its memory is what is measured.
+enough for 100M targets on one core; its figures mean nothing, its memory is what is measured. `--evaluate
+small_speller`: the same with a speller (32 units; `oov_slots` 32 and the pointer's head for spelled words) and a
+1,000-word vocabulary, so that the text spells the words outside it (30% of WikiText-2's) and evaluate.py takes its
+spelled path (bits per byte); its targets are the text's ids, spelled words' bytes and `</w>` included. The shipped
+folders' spelled forward is too slow for these sizes (WikiText-2's test split took about an hour).
 
     python benchmarks/scale.py --evaluate pretrained/wt2-pointer-sentinel-lstm-2x200 --targets 1e6 10e6
     python benchmarks/scale.py --evaluate small --targets 1e6 10e6 100e6 --eval_batch_size 100
+    python benchmarks/scale.py --evaluate small_speller --targets 1e6 10e6
 """
 
 import argparse
@@ -267,13 +272,33 @@ tok.save_pretrained(out)
 """
 
 
-def repeated_text(path: Path, corpus: Path, targets: int) -> int:
-    """`corpus`'s lines again and again into `path` until they hold `targets` + 1 tokens (each word and each line's
-    end a token, as the word-level tokenizers read them); returns the tokens written."""
+SMALL_SPELLER = """
+import sys, numpy as np, torch
+from modeling_pointer_sentinel import PointerSentinelConfig, PointerSentinelForCausalLM
+from modeling_pointer_sentinel.data import TextSource
+from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, spelling_vocabulary
+from modeling_pointer_sentinel.training import encode_lines
+corpus, out, line_ids = sys.argv[1], sys.argv[2], sys.argv[3]
+lines = list(TextSource(path=corpus).lines())
+tok = spelling_vocabulary(build_word_level_tokenizer(lines, max_vocab_size=1000, text_rules="wikitext"))
+config = PointerSentinelConfig(vocab_size=tok.word_vocab_size, embedding_size=32, hidden_size=32, num_layers=1,
+                               pointer_window=20, oov_slots=32, oov_pointer=True, speller_size=32,
+                               unk_token_id=tok.unk_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.eos_token_id)
+torch.manual_seed(0)
+PointerSentinelForCausalLM(config).save_pretrained(out)
+tok.save_pretrained(out)
+np.save(line_ids, [len(encode_lines(tok, [line])) for line in lines])  # each line's ids, spelled words' bytes too
+"""
+
+
+def repeated_text(path: Path, corpus: Path, targets: int, counts: list[int] | None = None) -> int:
+    """`corpus`'s lines again and again into `path` until they hold `targets` + 1 tokens (`counts`: each line's; by
+    default its words and its line end, as the word-level tokenizers read them); returns the tokens written."""
     from modeling_pointer_sentinel.data import TextSource
 
     lines = list(TextSource(path=str(corpus)).lines())
-    counts = [len(line.split()) + 1 for line in lines]
+    counts = [len(line.split()) + 1 for line in lines] if counts is None else counts
     written = 0
     with open(path, "w") as f, tqdm(total=targets + 1, unit="tok", desc=f"writing {path.name}") as bar:
         while written < targets + 1:
@@ -289,15 +314,21 @@ def repeated_text(path: Path, corpus: Path, targets: int) -> int:
 def evaluate_at_scale(model: str, sizes: list[int], work: Path, corpus: Path, batch_size: int, pids: Path, keep: bool):
     """examples/evaluate.py on texts of each size: one table row each (peak RSS, targets/s)."""
     work.mkdir(parents=True, exist_ok=True)
+    counts = None
     if model == "small":
         folder = work / "small_model"
         subprocess.run([sys.executable, "-c", SMALL, str(corpus), str(folder)], cwd=ROOT, check=True, env=env(),
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         model = str(folder)
+    elif model == "small_speller":
+        folder, line_ids = work / "small_speller", work / "small_speller_line_ids.npy"
+        subprocess.run([sys.executable, "-c", SMALL_SPELLER, str(corpus), str(folder), str(line_ids)], cwd=ROOT,
+                       check=True, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        model, counts = str(folder), np.load(line_ids).tolist()
     rows = []
     for n in sizes:
         text, cache, out = work / f"text_{n}.txt", work / f"eval_cache_{n}", work / f"eval_{n}.json"
-        tokens = repeated_text(text, corpus, n)
+        tokens = repeated_text(text, corpus, n, counts)
         cmd = ["nice", "-n", "5", sys.executable, str(ROOT / "examples" / "evaluate.py"), model, "--test_file",
                str(text), "--num_threads", "1", "--batch_size", str(batch_size), "--data_cache_dir", str(cache),
                "--output_json", str(out)]  # fmt: skip
@@ -344,8 +375,8 @@ def main():
     ap.add_argument("--rules_file", help="instead: the encode pass over this file under --text_rules, 1 and 2 workers")
     ap.add_argument("--text_rules", default="wikitext")
     ap.add_argument("--datasets_map", help="instead: this file through token_file and through datasets' map")
-    ap.add_argument("--evaluate", help="instead: examples/evaluate.py with this model folder ('small': one made "
-                    "here) on texts of --targets targets")  # fmt: skip
+    ap.add_argument("--evaluate", help="instead: examples/evaluate.py with this model folder ('small', "
+                    "'small_speller': one made here) on texts of --targets targets")  # fmt: skip
     ap.add_argument("--targets", type=float, nargs="+", default=[1e6, 10e6])
     ap.add_argument("--eval_corpus", default=str(WIKITEXT2_TRAIN), help="--evaluate's text: these lines, repeated")
     ap.add_argument("--eval_batch_size", type=int, default=10)

@@ -12,10 +12,10 @@ With an open-vocabulary model folder (placeholder ids for a text's unseen words,
 words of raw text are read as placeholders, numbered per stream as the tokenizer numbers a text's, so the pointer's
 copies count; text in corpus form (literal <unk>) scores as before. The summary names the measure and the split's
 unseen-word rate; `--unseen_as_unk` reads unseen words as <unk> (a closed vocabulary's reading).
-The split streams from the token cache a chunk at a time into running totals, so memory is bounded by the model, a
-chunk and tables over the vocabulary, whatever the text's length (benchmarks/results_scale_cpu.md); `--compare`,
-`--plots` and the cache grid keep the per-target outputs they read (the grid: validation's), `--dynamic` the
-training ids its statistics read, and a speller folder on text that spells words holds the split's words.
+The split streams from the token cache a chunk at a time into running totals (a speller folder's on text that spells
+words too), so memory is bounded by the model, a chunk and tables over the vocabulary, whatever the text's length
+(benchmarks/results_scale_cpu.md); `--compare`, `--plots` and the cache grid keep the per-target outputs they read
+(the grid: validation's), and `--dynamic` the training ids its statistics read.
 Prints a short summary; `--output_json` gets every number (grid, buckets, gate statistics). Invalid input (a missing
 model folder or data file, a data file that is not UTF-8 text or holds a NUL byte (binary), a cache setting out of
 range, a split too short for --batch_size streams) stops the script with one `error:` line on stderr and exit status 2;
@@ -167,11 +167,12 @@ from tqdm.auto import tqdm  # noqa: E402
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 
 import modeling_pointer_sentinel  # noqa: E402,F401  (registers the Auto classes)
-from modeling_pointer_sentinel.data import SplitIds, TokenStreams, token_array, token_counts  # noqa: E402
+from modeling_pointer_sentinel.data import SplitIds, TokenStreams, read_meta, token_array, token_counts  # noqa: E402
 from modeling_pointer_sentinel.evaluation import (  # noqa: E402
     NeuralCache,
     PlaceholderStreams,
     ScoreTotals,
+    StreamFile,
     StreamOutputs,
     bracketed_grid,
     bucket_log_ppl_difference,
@@ -195,11 +196,10 @@ from modeling_pointer_sentinel.plotting import (  # noqa: E402
     pointer_window_picture,
 )
 from modeling_pointer_sentinel.spelling import (  # noqa: E402
-    bits_per_byte_by_kind,
-    spelled_words,
+    SpelledText,
+    SpelledTotals,
     vocabulary_bytes,
     without_speller,
-    word_nats,
 )
 from modeling_pointer_sentinel.training import shard_streams, unk_rate_of_counts, unk_token_id, word_count  # noqa: E402
 
@@ -546,33 +546,33 @@ def spelled_main(args, tok, splits) -> dict:
     """A folder with a speller (`config.speller_size`): the split's ids carry its text, every unseen word spelled, so
     every word is scored as the model writes it: bits per byte of the text (each word's bytes and one separator)
     beside the word perplexity, split by kind of word (vocabulary, copy: a spelled word the pointer's window holds,
-    new: any other spelled word). A row's first word has no context and is not scored."""
-    files = cached_split_files(args, tok, splits)
-    ids = torch.from_numpy(token_array(files[args.split]).astype("int64"))
-    tok, model = load_saved_model(args.model, tok)
-    V, L = model.config.vocab_size, model.config.pointer_window
-    owner, kinds, spelled = spelled_words(ids.tolist(), V, L)
-    if args.max_tokens and args.max_tokens + 1 < len(ids):  # the first N targets, back to a word's end
-        last = int(owner[args.max_tokens]) - (int(owner[args.max_tokens + 1]) == int(owner[args.max_tokens]))
-        keep = int((owner <= last).sum())
-        ids, owner, kinds, spelled = ids[:keep], owner[:keep], kinds[: last + 1], spelled[: last + 1]
-    word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
-    word_ids[owner[ids < V]] = ids[ids < V]
-    vocab_bytes = vocabulary_bytes(tok, V)
-    text_bytes = torch.where(word_ids >= 0, vocab_bytes[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
-    try:
-        with tqdm(total=len(ids), desc=args.split, unit="tok") as bar:
-            nats = word_nats(model, ids, owner, args.batch_size, args.bptt, progress=bar)
+    new: any other spelled word). A row's first word has no context and is not scored. The rows stream from the id
+    file into running totals per kind (`spelling.SpelledText`, `SpelledTotals`)."""
+    path = cached_split_files(args, tok, splits)[args.split]
+    config = load_or_fail("config in", AutoConfig.from_pretrained, args.model)
+    V, L = config.vocab_size, config.pointer_window
+    try:  # the text's rows are found, or refused, before the weights load
+        text = SpelledText(StreamFile(path, read_meta(path)["dtype"], 1), vocabulary_bytes(tok, V), L, args.batch_size,
+                           args.max_tokens and args.max_tokens + 1)  # fmt: skip
     except ValueError as e:
         fail(e)
-    figures = bits_per_byte_by_kind(nats, kinds, text_bytes)
-    results = {"split": args.split, "tokens": len(ids), "ppl": figures["word_perplexity"], **figures,
+    tok, model = load_saved_model(args.model, tok)
+    totals, start = SpelledTotals(), time.perf_counter()
+    try:  # malformed ids (a byte after no word's end, ...) stop the forward
+        with tqdm(total=text.ids, desc=args.split, unit="tok") as bar:
+            for scores in text.scores(model, args.bptt, progress=bar):
+                totals.add(scores)
+    except ValueError as e:
+        fail(e)
+    figures = totals.figures()
+    results = {"split": args.split, "tokens": text.ids, "ppl": figures["word_perplexity"], **figures,
                "measure": "every word scored as the ids carry it (a spelled word: its bytes and `</w>`); bits per "
-               "byte over each word's UTF-8 bytes and one separator"}  # fmt: skip
+               "byte over each word's UTF-8 bytes and one separator",
+               "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(results, indent=2))
     lines = [
-        f"{args.split} split, {figures['words']:,} words ({len(ids):,} ids), {figures['bytes']:,} bytes",
+        f"{args.split} split, {figures['words']:,} words ({text.ids:,} ids), {figures['bytes']:,} bytes",
         f"bits per byte {figures['bits_per_byte']:.4f}; word perplexity {figures['word_perplexity']:.2f}",
     ]
     for kind in ("vocabulary", "copy", "new"):

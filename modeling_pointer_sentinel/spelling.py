@@ -6,7 +6,11 @@ seen in training (Mielke & Eisner's buckets: 0, 1-100, over 100)."""
 import copy
 import math
 import zlib
+from collections import deque
+from collections.abc import Iterator
+from typing import NamedTuple
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -163,80 +167,174 @@ def spelled_bits_per_byte(model: PointerSentinelForCausalLM, ids: torch.Tensor, 
 # ---- bits per byte of any text a spelling folder reads, split by kind of word ----------------------------------------
 
 WORD_KINDS = ("vocabulary", "copy", "new")
+BLOCK = 1 << 20  # ids a pass over a text reads at once
+
+
+def word_ends(ids, V: int):
+    """Where a word of a spell-mode id stream ends: a vocabulary id, or a spelled word's `</w>`."""
+    return (ids < V) | (ids == V + SPELL_END)
+
+
+class WordKinds:
+    """The words of a spell-mode id stream fed a block at a time (`__call__`), state carried: each word's kind (a
+    vocabulary word: an id below V; a copy: a spelled word that one of the last L words before it spells alike, so the
+    pointer's window holds it; new: any other spelled word) and its spelled bytes (0 for a vocabulary word). Held,
+    whatever the length: the word being spelled and the spelled words among the last L (each one's last place)."""
+
+    def __init__(self, V: int, L: int, word: int = 0):
+        self.V, self.L, self.word = V, L, word  # word: the place in the text of the next word
+        self.symbols, self.last, self.order = [], {}, deque()
+
+    def __call__(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(place, kind: an index into WORD_KINDS, spelled bytes) of each word that ends in `ids`."""
+        ends = word_ends(ids, self.V)
+        rank = np.cumsum(ends) - 1  # at a word's end: its rank among the words that end here
+        place = self.word + np.arange(int(ends.sum()))
+        kind, spelled = np.zeros(len(place), np.int64), np.zeros(len(place), np.int64)
+        for p in np.flatnonzero(ids >= self.V).tolist():  # the spelled words' symbols (a vocabulary word: kind 0)
+            if ids[p] - self.V != SPELL_END:
+                self.symbols.append(int(ids[p]) - self.V)
+                continue
+            j, word = int(rank[p]), tuple(self.symbols)
+            w, self.symbols = int(place[j]), []
+            kind[j] = 1 if word in self.last and self.last[word] >= w - self.L else 2  # copy, new
+            spelled[j] = sum(s < 256 for s in word)
+            self.last[word] = w
+            self.order.append((w, word))
+            while self.order[0][0] <= w - self.L:  # in no later word's window
+                seen, gone = self.order.popleft()
+                if self.last[gone] == seen:
+                    del self.last[gone]
+        self.word += len(place)
+        return place, kind, spelled
 
 
 def spelled_words(ids: list[int], V: int, L: int) -> tuple[torch.Tensor, list[str], list[int]]:
-    """The words of a spell-mode id stream: per id, the index of its word (a spelled word's bytes, `<+w>` and `</w>`
-    share their word's); per word, its kind (a vocabulary word: an id below V; a copy: a spelled word that one of the
-    last L words before it spells alike, so the pointer's window holds it; new: any other spelled word) and its
-    spelled bytes (0 for a vocabulary word)."""
-    owner, kinds, spelled, window, word = [], [], [], [], []
-    for x in ids:
-        owner.append(len(kinds))
-        if x < V:
-            kinds.append("vocabulary")
-            spelled.append(0)
-            window.append(None)
-        elif x - V == SPELL_END:
-            kinds.append("copy" if tuple(word) in window[-L:] else "new")
-            spelled.append(sum(s < 256 for s in word))
-            window.append(tuple(word))
-            word = []
-        else:
-            word.append(x - V)
-    if word:
+    """The words of a spell-mode id stream held whole: per id, the index of its word (a spelled word's bytes, `<+w>`
+    and `</w>` share their word's); per word, its kind and its spelled bytes (`WordKinds`)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    words = WordKinds(V, L)
+    _, kind, spelled = words(ids)
+    if words.symbols:
         raise ValueError("The ids end inside a spelled word: its `</w>` is missing.")
-    return torch.tensor(owner), kinds, spelled
+    ends = word_ends(ids, V)
+    return torch.from_numpy(np.cumsum(ends) - ends), [WORD_KINDS[k] for k in kind.tolist()], spelled.tolist()
 
 
-@torch.no_grad()
-def word_nats(model: PointerSentinelForCausalLM, ids: torch.Tensor, owner: torch.Tensor, batch_size: int = 10,
-              bptt: int = 200, progress=None) -> torch.Tensor:  # fmt: skip
-    """-log p of each word of a spell-mode stream (float64, one per word; a spelled word's is the sum over its bytes
-    and `</w>`), read as `batch_size` rows of consecutive whole words with the state carried across `bptt` chunks.
-    A row's first word has no context: NaN."""
-    n = int(owner[-1]) + 1
-    if not 0 < batch_size < n:
-        raise ValueError(f"{n} words cannot fill {batch_size} rows of at least two words.")
-    firsts = torch.searchsorted(owner, torch.arange(batch_size) * n // batch_size)  # each row starts a word
-    ends = [*firsts[1:].tolist(), len(ids)]
-    width = max(e - s for s, e in zip(firsts.tolist(), ends, strict=True))
-    rows = ids.new_zeros(batch_size, width)
-    mask = torch.zeros(batch_size, width, dtype=torch.bool)
-    who = owner.new_full((batch_size, width), -1)
-    for b, (s, e) in enumerate(zip(firsts.tolist(), ends, strict=True)):
-        rows[b, : e - s], mask[b, : e - s], who[b, : e - s] = ids[s:e], True, owner[s:e]
-    nats = torch.zeros(n, dtype=torch.float64)
-    cache, device = PointerSentinelCache(), model.device
-    for start in range(0, width - 1, bptt):
-        k = min(bptt, width - 1 - start)
-        x, y = rows[:, start : start + k], rows[:, start + 1 : start + k + 1]
-        out = model(x.to(device), attention_mask=mask[:, start : start + k].to(device), past_key_values=cache)
-        log_p = out.logits.gather(-1, y.to(device).unsqueeze(-1)).squeeze(-1).double().cpu()
-        counted = mask[:, start + 1 : start + k + 1]
-        nats.index_add_(0, who[:, start + 1 : start + k + 1][counted], -log_p[counted])
-        if progress is not None:
-            progress.update(int(counted.sum()))
-    nats[owner[firsts]] = math.nan
-    return nats
+class WordScores(NamedTuple):
+    """Scored words (`SpelledText.scores`): their places in the text, -log p (float64, a spelled word's the sum over
+    its bytes and `</w>`), kinds (indices into WORD_KINDS) and bytes (UTF-8 bytes and one separator)."""
+
+    place: torch.Tensor
+    nats: torch.Tensor
+    kind: torch.Tensor
+    bytes: torch.Tensor
 
 
-def bits_per_byte_by_kind(nats: torch.Tensor, kinds: list[str], word_bytes: torch.Tensor) -> dict:
-    """Bits per byte over the scored words (NaN nats: unscored), each word counted with its bytes and one separator
-    (`word_bytes`), and the same per kind of word (`spelled_words`), with each kind's share of the words and bits."""
-    scored = ~nats.isnan()
-    bits = torch.where(scored, nats, 0) / math.log(2)
-    total_bits, total_bytes = bits.sum().item(), word_bytes[scored].sum().item()
-    result = {"bits_per_byte": total_bits / total_bytes, "words": int(scored.sum()), "bytes": int(total_bytes),
-              "word_perplexity": math.exp(nats[scored].mean().item())}  # fmt: skip
-    kind = torch.tensor([WORD_KINDS.index(k) for k in kinds])
-    for i, name in enumerate(WORD_KINDS):
-        pick = scored & (kind == i)
-        if pick.any():
-            b, n_bytes = bits[pick].sum().item(), word_bytes[pick].sum().item()
-            result[name] = {"words": int(pick.sum()), "bytes": int(n_bytes), "bits_per_byte": b / n_bytes,
-                            "bits_share": b / total_bits}  # fmt: skip
-    return result
+class SpelledText:
+    """A spell-mode id stream read as `rows` rows of consecutive whole words (row b from word b * n // rows on), scored
+    with the state carried across `bptt` chunks (`scores`), a chunk of each row read at a time: memory does not grow
+    with the text. `flat`: the ids as (1, N), indexed [0, a:b] to a numpy array (an id file's
+    `evaluation.StreamFile`, or an array in memory); `limit`: the first ids only. The text is read up to the last
+    word's end (of the first `limit` ids). `byte_table`: each vocabulary word's bytes (`vocabulary_bytes`); L: the
+    pointer's window. Two passes over the ids find the rows, before anything is scored. ValueError when the words
+    cannot fill the rows."""
+
+    def __init__(self, flat, byte_table: torch.Tensor, L: int, rows: int, limit: int | None = None):
+        self.flat, self.byte_table, self.L, self.V = flat, byte_table, L, len(byte_table)
+        size, n, last = min(flat.shape[1], limit or flat.shape[1]), 0, -1
+        for a in range(0, size, BLOCK):
+            ends = np.flatnonzero(word_ends(flat[0, a : min(a + BLOCK, size)], self.V))
+            if len(ends):
+                n, last = n + len(ends), a + int(ends[-1])
+        self.ids, self.words = last + 1, n
+        if not 0 < rows < n:
+            raise ValueError(f"{n} words cannot fill {rows} rows of at least two words.")
+        self.first_words = [b * n // rows for b in range(rows)]
+        self.context = [max(w - L, 0) for w in self.first_words]  # the L words before a row give its kinds
+        self.word_start = self._word_starts({*self.first_words, *self.context})
+        self.firsts = [self.word_start[w] for w in self.first_words]
+        self.ends = [*self.firsts[1:], self.ids]
+
+    def _word_starts(self, words: set) -> dict:
+        """Each word's first id (a word starts after the word end before it)."""
+        start, todo, seen = {0: 0}, sorted(w for w in words if w), 0
+        for a in range(0, self.ids, BLOCK):
+            if not todo:
+                break
+            ends = np.flatnonzero(word_ends(self.flat[0, a : min(a + BLOCK, self.ids)], self.V))
+            while todo and todo[0] <= seen + len(ends):
+                w = todo.pop(0)
+                start[w] = a + int(ends[w - seen - 1]) + 1
+            seen += len(ends)
+        return start
+
+    @torch.no_grad()
+    def scores(self, model: PointerSentinelForCausalLM, bptt: int = 200, progress=None) -> Iterator[WordScores]:
+        """The words that end in each chunk, scored (a row's first word has no context and is not scored)."""
+        rows, V = len(self.firsts), self.V
+        kinds = []
+        for w, s in zip(self.context, self.firsts, strict=True):
+            kinds.append(WordKinds(V, self.L, w))
+            kinds[-1](self.flat[0, self.word_start[w] : s + 1])  # the words before the row, and its first id (an input)
+        width = max(e - s for s, e in zip(self.firsts, self.ends, strict=True))
+        carry = torch.zeros(rows, dtype=torch.float64)  # each row's word in progress, its nats so far
+        cache, device = PointerSentinelCache(), model.device
+        for start in range(0, width - 1, bptt):
+            k = min(bptt, width - 1 - start)
+            chunk, mask = torch.zeros(rows, k + 1, dtype=torch.long), torch.zeros(rows, k + 1, dtype=torch.bool)
+            for b, (s, e) in enumerate(zip(self.firsts, self.ends, strict=True)):
+                part = torch.from_numpy(self.flat[0, min(s + start, e) : min(s + start + k + 1, e)].astype(np.int64))
+                chunk[b, : len(part)], mask[b, : len(part)] = part, True
+            x, y, counted = chunk[:, :k], chunk[:, 1:], mask[:, 1:]
+            out = model(x.to(device), attention_mask=mask[:, :k].to(device), past_key_values=cache)
+            log_p = out.logits.gather(-1, y.to(device).unsqueeze(-1)).squeeze(-1).double().cpu()
+            # each target's word: the row's word in progress (slot 0 of the row's k + 1) or one that starts here
+            ends = word_ends(y, V) & counted
+            slot = torch.cumsum(ends, 1) - ends.long() + torch.arange(rows)[:, None] * (k + 1)
+            nats = torch.zeros(rows * (k + 1), dtype=torch.float64)
+            nats[:: k + 1] = carry
+            nats.index_add_(0, slot[counted], -log_p[counted])
+            carry = nats[slot[:, -1] + ends[:, -1]]
+            words = [w(r[c].numpy()) for w, r, c in zip(kinds, y, counted, strict=True)]  # row by row, as y[ends]
+            place, kind, spelled = (np.concatenate(parts) for parts in zip(*words, strict=True))
+            word = y[ends]
+            size = torch.where(word < V, self.byte_table[word.clamp(max=V - 1)], torch.from_numpy(spelled) + 1)
+            scored = torch.from_numpy(~np.isin(place, self.first_words))
+            yield WordScores(*(t[scored] for t in (torch.from_numpy(place), nats[slot[ends]],
+                                                   torch.from_numpy(kind), size)))  # fmt: skip
+            if progress is not None:
+                progress.update(int(counted.sum()))
+
+
+class SpelledTotals:
+    """Running totals of scored words (`SpelledText.scores`' chunks, `add`) per kind: words, bytes and nats, whatever
+    the text's length; `figures` gives bits per byte and the word perplexity, over all words and per kind."""
+
+    def __init__(self):
+        self.words = torch.zeros(len(WORD_KINDS), dtype=torch.int64)
+        self.bytes = torch.zeros(len(WORD_KINDS), dtype=torch.int64)
+        self.nats = torch.zeros(len(WORD_KINDS), dtype=torch.float64)
+
+    def add(self, scores: WordScores) -> "SpelledTotals":
+        self.words.index_add_(0, scores.kind, torch.ones_like(scores.kind))
+        self.bytes.index_add_(0, scores.kind, scores.bytes)
+        self.nats.index_add_(0, scores.kind, scores.nats)
+        return self
+
+    def figures(self) -> dict:
+        """Bits per byte over the scored words, each counted with its bytes and one separator, and the same per kind
+        of word, with each kind's share of the words and bits."""
+        bits, words, n_bytes = self.nats / math.log(2), int(self.words.sum()), int(self.bytes.sum())
+        total_bits = bits.sum().item()
+        result = {"bits_per_byte": total_bits / n_bytes, "words": words, "bytes": n_bytes,
+                  "word_perplexity": math.exp(self.nats.sum().item() / words)}  # fmt: skip
+        for i, name in enumerate(WORD_KINDS):
+            if self.words[i]:
+                result[name] = {"words": int(self.words[i]), "bytes": int(self.bytes[i]),
+                                "bits_per_byte": bits[i].item() / int(self.bytes[i]),
+                                "bits_share": bits[i].item() / total_bits}  # fmt: skip
+        return result
 
 
 def vocabulary_bytes(tokenizer, V: int) -> torch.Tensor:
@@ -251,18 +349,13 @@ def vocabulary_bytes(tokenizer, V: int) -> torch.Tensor:
 @torch.no_grad()
 def text_bits_per_byte(model: PointerSentinelForCausalLM, tokenizer, ids: torch.Tensor, batch_size: int = 10,
                        bptt: int = 200) -> dict:  # fmt: skip
-    """`bits_per_byte_by_kind` of a spell-mode id stream (examples/evaluate.py's measure, for train.py's validation
+    """`SpelledTotals.figures` of a spell-mode id stream (examples/evaluate.py's measure, for train.py's validation
     and test): each word counted with its UTF-8 bytes and one separator (a line's `<eos>` is the separator of the
-    word before it), scored by `word_nats`. A stream cut inside a spelled word is read up to the word before."""
+    word before it), scored by `SpelledText`. A stream cut inside a spelled word is read up to the word before."""
     V, L = model.config.vocab_size, model.config.pointer_window
-    ends = ((ids < V) | (ids == V + SPELL_END)).nonzero()
-    ids = ids[: int(ends[-1]) + 1] if len(ends) else ids[:0]
-    owner, kinds, spelled = spelled_words(ids.tolist(), V, L)
-    word_ids = torch.full((len(kinds),), -1, dtype=torch.long)
-    word_ids[owner[ids < V]] = ids[ids < V]
-    word_bytes = torch.where(word_ids >= 0, vocabulary_bytes(tokenizer, V)[word_ids.clamp(min=0)],
-                             torch.tensor(spelled) + 1)  # fmt: skip
-    training = model.training
-    nats = word_nats(model.eval(), ids, owner, batch_size, bptt)
+    text = SpelledText(ids.numpy()[None], vocabulary_bytes(tokenizer, V), L, batch_size)
+    training, totals = model.training, SpelledTotals()
+    for scores in text.scores(model.eval(), bptt):
+        totals.add(scores)
     model.train(training)
-    return bits_per_byte_by_kind(nats, kinds, word_bytes)
+    return totals.figures()

@@ -759,29 +759,29 @@ MUTS = [
     (
         "spelled evaluation: a spelled word counted a copy wherever the text held it before, not in the window",
         "modeling_pointer_sentinel/spelling.py",
-        '            kinds.append("copy" if tuple(word) in window[-L:] else "new")',
-        '            kinds.append("copy" if tuple(word) in window else "new")',
+        "            kind[j] = 1 if word in self.last and self.last[word] >= w - self.L else 2  # copy, new",
+        "            kind[j] = 1 if word in self.last else 2  # copy, new",
         ["tests/test_evaluate_spelled.py"],
     ),
     (
         "spelled evaluation: a row's first word scored with no context",
         "modeling_pointer_sentinel/spelling.py",
-        "    nats[owner[firsts]] = math.nan\n",
-        "",
+        "            scored = torch.from_numpy(~np.isin(place, self.first_words))",
+        "            scored = torch.from_numpy(np.ones(len(place), dtype=bool))",
         ["tests/test_evaluate_spelled.py"],
     ),
     (
         "spelled evaluation: the state dropped between chunks",
         "modeling_pointer_sentinel/spelling.py",
-        "        out = model(x.to(device), attention_mask=mask[:, start : start + k].to(device), past_key_values=cache)",
-        "        out = model(x.to(device), attention_mask=mask[:, start : start + k].to(device))",
+        "            out = model(x.to(device), attention_mask=mask[:, :k].to(device), past_key_values=cache)",
+        "            out = model(x.to(device), attention_mask=mask[:, :k].to(device))",
         ["tests/test_evaluate_spelled.py"],
     ),
     (
         "spelled evaluation: padding at a row's end scored as text",
         "modeling_pointer_sentinel/spelling.py",
-        "        counted = mask[:, start + 1 : start + k + 1]\n",
-        "        counted = who[:, start + 1 : start + k + 1] >= 0\n        counted[:] = True\n",
+        "            x, y, counted = chunk[:, :k], chunk[:, 1:], mask[:, 1:]",
+        "            x, y, counted = chunk[:, :k], chunk[:, 1:], torch.ones_like(mask[:, 1:])",
         ["tests/test_evaluate_spelled.py"],
     ),
     (
@@ -5397,6 +5397,66 @@ MUTS += [  # this stop's own: the pipeline and export of a resized model, the sp
         "        gates = _linear(h, lstm_w[S:] if w.input_first else lstm_w[:, S:], start_gates, w.input_first)",
         "        gates = _linear(h, lstm_w[S:] if w.input_first else lstm_w[:, S:], lstm_b, w.input_first)",
         ["tests/test_fast_decode.py", "tests/test_onnx_spelled.py"],
+    ),
+]
+
+MUTS += [  # a speller folder on text that spells words scores in bounded memory (tests/test_evaluate_streaming.py)
+    (
+        "spelled streaming: evaluate.py reads the split's ids whole",
+        "examples/evaluate.py",
+        'text = SpelledText(StreamFile(path, read_meta(path)["dtype"], 1), ',
+        'text = SpelledText(np.fromfile(path, read_meta(path)["dtype"]).astype(np.int64)[None], ',
+        ["tests/test_evaluate_streaming.py::test_a_spelled_text_four_times_longer_does_not_raise_the_peak_memory"],
+    ),
+    (
+        "spelled streaming: the running totals keep every scored word",
+        "modeling_pointer_sentinel/spelling.py",
+        "        self.nats.index_add_(0, scores.kind, scores.nats)\n        return self\n",
+        "        self.nats.index_add_(0, scores.kind, scores.nats)\n"
+        '        self.__dict__.setdefault("kept", []).append(scores)\n        return self\n',
+        ["tests/test_evaluate_streaming.py::test_a_spelled_text_four_times_longer_does_not_raise_the_peak_memory"],
+    ),
+    (
+        "spelled streaming: the kinds keep every spelled word ever seen, not the window's",
+        "modeling_pointer_sentinel/spelling.py",
+        "            while self.order[0][0] <= w - self.L:  # in no later word's window",
+        "            while False:",
+        ["tests/test_evaluate_streaming.py::test_a_spelled_text_four_times_longer_does_not_raise_the_peak_memory"],
+    ),
+    (
+        "spelled streaming: the kinds forget the window's spelled words but the last",
+        "modeling_pointer_sentinel/spelling.py",
+        "            while self.order[0][0] <= w - self.L:  # in no later word's window",
+        "            while self.order[0][0] < w:",
+        ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
+    ),
+    (
+        "spelled streaming: a row's kinds start from an empty window (the words before the row not read)",
+        "modeling_pointer_sentinel/spelling.py",
+        "        self.context = [max(w - L, 0) for w in self.first_words]",
+        "        self.context = list(self.first_words)",
+        ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
+    ),
+    (
+        "spelled streaming: a word's nats restart at each chunk",
+        "modeling_pointer_sentinel/spelling.py",
+        "            nats[:: k + 1] = carry\n",
+        "",
+        ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
+    ),
+    (
+        "spelled streaming: --max_tokens cuts inside a spelled word",
+        "modeling_pointer_sentinel/spelling.py",
+        "        self.ids, self.words = last + 1, n",
+        "        self.ids, self.words = size, n",
+        ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
+    ),
+    (
+        "spelled streaming: the rows start one id into their first word",
+        "modeling_pointer_sentinel/spelling.py",
+        "                start[w] = a + int(ends[w - seen - 1]) + 1",
+        "                start[w] = a + int(ends[w - seen - 1]) + 2",
+        ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
     ),
 ]
 

@@ -1,6 +1,6 @@
 """Scoring text with a spelling folder (`config.speller_size`): every word as the ids carry it, in bits per byte beside
 the word perplexity, split by kind of word (vocabulary, copy, new). The figures are the model's own forward, in any
-rows and chunks, and examples/evaluate.py reports them."""
+rows and chunks, and examples/evaluate.py reports them (streamed: tests/test_evaluate_streaming.py)."""
 
 import json
 import math
@@ -10,7 +10,7 @@ import torch
 from test_cli import run_script
 from test_spelled_forward import L, spelling_pair
 
-from modeling_pointer_sentinel.spelling import bits_per_byte_by_kind, spelled_words, word_nats
+from modeling_pointer_sentinel.spelling import SpelledText, SpelledTotals, spelled_words, text_bits_per_byte
 from modeling_pointer_sentinel.training import encode_lines
 
 # "Kestrelwind" recurs inside the window (a copy), "Ambrecote" only after more than L words (new again)
@@ -34,12 +34,23 @@ def test_words_and_their_kinds_are_read_from_the_ids_alone(tmp_path):
         spelled_words(ids[:3], V, L)
 
 
-@pytest.mark.parametrize("rows,bptt", [(1, 7), (3, 5), (2, 1000)])
-def test_each_words_nats_are_the_whole_forwards_in_any_rows_and_chunks(tmp_path, rows, bptt):
+def word_nats(model, ids: torch.Tensor, rows: int, bptt: int, byte_table: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Each word's nats as `SpelledText.scores` gives them (NaN: a row's first word, not scored), and the figures."""
+    text, totals = SpelledText(ids.numpy()[None], byte_table, L, rows), SpelledTotals()
+    nats = torch.full((text.words,), math.nan, dtype=torch.float64)
+    for scores in text.scores(model, bptt):
+        nats[scores.place] = scores.nats
+        totals.add(scores)
+    return nats, totals.figures()
+
+
+@pytest.mark.parametrize("rows,bptt,text", [(1, 7, TEXT), (3, 5, TEXT), (2, 1000, TEXT), (2, 6, TEXT[4:])])
+def test_each_words_nats_are_the_whole_forwards_in_any_rows_and_chunks(tmp_path, rows, bptt, text):
+    """(The last text's first word is spelled: its bytes are targets, but a row's first word is not scored.)"""
     tok, m = spelling_pair(tmp_path)
-    ids = torch.tensor(tok(TEXT, add_special_tokens=False).input_ids)
+    ids = torch.tensor(tok(text, add_special_tokens=False).input_ids)
     owner, kinds, spelled = spelled_words(ids.tolist(), m.config.vocab_size, L)
-    nats = word_nats(m.double(), ids, owner, batch_size=rows, bptt=bptt)
+    nats, figures = word_nats(m.double(), ids, rows, bptt, torch.full((m.config.vocab_size,), 4))
     assert int(nats.isnan().sum()) == rows and math.isnan(nats[0])
     firsts = nats.isnan().nonzero()[:, 0].tolist() + [len(kinds)]
     for a, b in zip(firsts, firsts[1:], strict=False):  # each row is a forward of its own words
@@ -49,11 +60,13 @@ def test_each_words_nats_are_the_whole_forwards_in_any_rows_and_chunks(tmp_path,
             whole = m(row, labels=row).target_log_probs[0, :-1]  # y_t for t = 1 ... (the last position has none)
         got = torch.zeros(b - a, dtype=torch.float64).index_add_(0, owner[span][1:] - a, -whole.double())
         torch.testing.assert_close(nats[a + 1 : b], got[1:], atol=1e-9, rtol=0)
-    word_bytes = torch.tensor([s + 1 if s else 4 for s in spelled])
-    figures = bits_per_byte_by_kind(nats, kinds, word_bytes)
     scored = ~nats.isnan()
     assert math.isclose(figures["bits_per_byte"] * figures["bytes"], nats[scored].sum().item() / math.log(2))
-    assert sum(figures[k]["words"] for k in ("vocabulary", "copy", "new")) == figures["words"] == len(kinds) - rows
+    word_bytes = torch.tensor([s + 1 if s else 4 for s in spelled])
+    assert figures["bytes"] == word_bytes[scored].sum() and figures["words"] == len(kinds) - rows
+    for kind in ("vocabulary", "copy", "new"):
+        pick = scored & torch.tensor([k == kind for k in kinds])
+        assert figures[kind]["words"] == pick.sum() and figures[kind]["bytes"] == word_bytes[pick].sum(), kind
     assert math.isclose(sum(figures[k]["bits_share"] for k in ("vocabulary", "copy", "new")), 1.0)
 
 
@@ -94,10 +107,7 @@ def test_text_in_the_corpus_form_takes_the_word_level_analyses_and_scores_as_spe
     assert "cache" in json.dumps(word_level) and math.isclose(fast["ppl"], word_level["ppl"], rel_tol=1e-9)
     tok, m = spelling_pair(tmp_path)  # the spelled scoring of the same text, every word after the first
     ids = encode_lines(tok, text.read_text().splitlines())
-    owner, kinds, spelled = spelled_words(ids.tolist(), m.config.vocab_size, L)
-    nats = word_nats(m.double(), ids, owner, batch_size=1, bptt=1000)
-    words = torch.tensor([len(w.encode()) + 1 if w != "\n" else 0 for w in tok.batch_decode(ids[:, None])])
-    figures = bits_per_byte_by_kind(nats, kinds, words)
+    figures = text_bits_per_byte(m.double(), tok, ids, batch_size=1, bptt=1000)
     assert math.isclose(fast["ppl"], figures["word_perplexity"], rel_tol=1e-5), (fast["ppl"], figures)
     assert (
         math.isclose(fast["bits_per_byte"], figures["bits_per_byte"], rel_tol=1e-5)

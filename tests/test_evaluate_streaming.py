@@ -4,6 +4,7 @@ of Python's allocations (tracemalloc: numpy arrays included) and of live tensor 
 parts are checked against the whole-split computations they replace."""
 
 import gc
+import math
 import tracemalloc
 import weakref
 
@@ -26,8 +27,10 @@ from modeling_pointer_sentinel.evaluation import (
     placeholder_streams,
     stream_outputs,
 )
+from modeling_pointer_sentinel.modeling_pointer_sentinel import SPELL_END, PointerSentinelCache
+from modeling_pointer_sentinel.spelling import WORD_KINDS, SpelledText, vocabulary_bytes
 from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, open_vocabulary
-from modeling_pointer_sentinel.training import shard_streams
+from modeling_pointer_sentinel.training import encode_lines, shard_streams
 
 KNOWN = "the cat sat on a mat and dog ran to big red house".split()
 UNSEEN = ["Zorbane", "Quexil", "Mirvale", "Dostrek", "Kelvash"]
@@ -213,3 +216,151 @@ def test_the_neural_cache_streamed_in_chunks_scores_each_position_as_on_the_whol
     parts = [cache.stream(hidden[:, a : a + 12], targets[:, a : a + 12], lp[:, a : a + 12]) for a in range(0, 101, 12)]
     got = torch.cat([*parts, cache.flush()], 1)
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)  # the same chunks; a matmul's layout may move an ulp
+
+
+# ---- a speller folder on text that spells words (examples/evaluate.py's spelled_main) --------------------------------
+
+SHIP = "the ship was sunk in the bay . the crew was saved by the ship . a ship of the line was built .".split()
+
+
+def coined_text(lines: int, copies: int = 1) -> str:
+    """Lines of the speller folder's words, each with a name it lacks (spelled) twice, the second a copy with the name
+    of the line before between them (new again, as is the name of three lines before: out of the window); every line
+    of one shape, so that every chunk of the text costs as much to score. With `copies`, the lines again and again,
+    each copy's names with another first letter."""
+    g, names, text = torch.Generator().manual_seed(0), [], []
+    for _ in range(lines):
+        words = [SHIP[i] for i in torch.randint(len(SHIP), (7,), generator=g).tolist()]
+        names.append("".join(chr(97 + i) for i in torch.randint(26, (6,), generator=g).tolist()).title())
+        before = names[-min(len(names), 2)], names[-min(len(names), 4)]
+        words[2:2] = [names[-1], "was", before[0], names[-1]]
+        words.insert(-1, before[1])
+        text.append(words)
+    return "".join(
+        " ".join(chr(65 + (ord(w[0]) - 65 + c) % 26) + w[1:] if w[0].isupper() else w for w in words) + "\n"
+        for c in range(copies)
+        for words in text
+    )
+
+
+@pytest.fixture(scope="module")
+def speller_folder(tmp_path_factory):
+    """A tiny speller folder (`test_spelled_forward.spelling_pair`) and a text of coined names beside four copies of
+    it with four times the names (`text_x4.txt`)."""
+    from test_spelled_forward import spelling_pair
+
+    d = tmp_path_factory.mktemp("spelled_streaming")
+    spelling_pair(d / "model")
+    (d / "text.txt").write_text(coined_text(150))
+    (d / "text_x4.txt").write_text(coined_text(150, copies=4))
+    return d
+
+
+def whole_split_figures(model, ids: torch.Tensor, rows: int, bptt: int, byte_table: torch.Tensor):
+    """The spelled scoring as it was before it streamed, kept as the reference: the split's words read whole (a
+    Python pass over every id), one padded tensor of `rows` rows, an array of every word's nats. Returns those nats
+    (NaN: a row's first word, not scored) and the figures."""
+    V, L = model.config.vocab_size, model.config.pointer_window
+    owner, kinds, spelled, window, word = [], [], [], [], []
+    for x in ids.tolist():
+        owner.append(len(kinds))
+        if x < V:
+            kinds.append("vocabulary")
+            spelled.append(0)
+            window.append(None)
+        elif x - V == SPELL_END:
+            kinds.append("copy" if tuple(word) in window[-L:] else "new")
+            spelled.append(sum(s < 256 for s in word))
+            window.append(tuple(word))
+            word = []
+        else:
+            word.append(x - V)
+    owner, n = torch.tensor(owner), len(kinds)
+    firsts = torch.searchsorted(owner, torch.arange(rows) * n // rows)
+    ends = [*firsts[1:].tolist(), len(ids)]
+    width = max(e - s for s, e in zip(firsts.tolist(), ends, strict=True))
+    padded, mask = ids.new_zeros(rows, width), torch.zeros(rows, width, dtype=torch.bool)
+    who = owner.new_full((rows, width), -1)
+    for b, (s, e) in enumerate(zip(firsts.tolist(), ends, strict=True)):
+        padded[b, : e - s], mask[b, : e - s], who[b, : e - s] = ids[s:e], True, owner[s:e]
+    nats, cache = torch.zeros(n, dtype=torch.float64), PointerSentinelCache()
+    with torch.no_grad():
+        for start in range(0, width - 1, bptt):
+            k = min(bptt, width - 1 - start)
+            x, y = padded[:, start : start + k], padded[:, start + 1 : start + k + 1]
+            out = model(x, attention_mask=mask[:, start : start + k], past_key_values=cache)
+            log_p = out.logits.gather(-1, y.unsqueeze(-1)).squeeze(-1).double()
+            counted = mask[:, start + 1 : start + k + 1]
+            nats.index_add_(0, who[:, start + 1 : start + k + 1][counted], -log_p[counted])
+    nats[owner[firsts]] = math.nan
+    word_ids = torch.full((n,), -1, dtype=torch.long)
+    word_ids[owner[ids < V]] = ids[ids < V]
+    word_bytes = torch.where(word_ids >= 0, byte_table[word_ids.clamp(min=0)], torch.tensor(spelled) + 1)
+    scored = ~nats.isnan()
+    bits = torch.where(scored, nats, 0) / math.log(2)
+    total_bits, total_bytes = bits.sum().item(), word_bytes[scored].sum().item()
+    figures = {"bits_per_byte": total_bits / total_bytes, "words": int(scored.sum()), "bytes": int(total_bytes),
+               "word_perplexity": math.exp(nats[scored].mean().item())}  # fmt: skip
+    kind = torch.tensor([WORD_KINDS.index(k) for k in kinds])
+    for i, name in enumerate(WORD_KINDS):
+        pick = scored & (kind == i)
+        if pick.any():
+            b, n_bytes = bits[pick].sum().item(), word_bytes[pick].sum().item()
+            figures[name] = {"words": int(pick.sum()), "bytes": int(n_bytes), "bits_per_byte": b / n_bytes,
+                             "bits_share": b / total_bits}  # fmt: skip
+    return nats, figures
+
+
+def assert_same_figures(got: dict, want: dict):
+    """The same counts, and the same sums to the rounding of their order (relative 1e-12)."""
+    for key, value in want.items():
+        if isinstance(value, dict):
+            assert_same_figures(got[key], value)
+        elif isinstance(value, int):
+            assert got[key] == value, key
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-12, abs=0), key
+
+
+def test_a_spelled_text_four_times_longer_does_not_raise_the_peak_memory(speller_folder):
+    """A speller folder on text that spells words streams too: the rows are read from the id file a chunk at a time
+    into running totals per kind of word, each word's kind from the spelled words of the last L, so a text four times
+    longer, with four times the names, leaves the peaks where they were. Read whole, as before, the split cost ~14
+    bytes of Python objects and ~43 of tensors a target here; streamed, ~1 and ~2 (the dearest chunk of the longer
+    text; every line has one shape, as the peak of a text of mixed lines is the dearest of its chunks, which a longer
+    text draws more of)."""
+    flags = ("--bptt", "200")  # the forward's leftovers (collected every 8 calls) spread over 800 targets a call
+    peaks(speller_folder, "text.txt", *flags)  # one-time costs (lazy imports, caches) out of the way
+    short_py, short_tensors, short = peaks(speller_folder, "text.txt", *flags)
+    long_py, long_tensors, long = peaks(speller_folder, "text_x4.txt", *flags)
+    assert long["tokens"] > 3.9 * short["tokens"] and long["copy"]["words"] > 500 and long["new"]["words"] > 1500
+    more = long["tokens"] - short["tokens"]
+    assert (long_py - short_py) / more < 3, (short_py, long_py, more)  # bytes per additional target
+    assert (long_tensors - short_tensors) / more < 4, (short_tensors, long_tensors, more)
+
+
+@pytest.mark.parametrize("rows,bptt,limit", [(4, 200, None), (3, 50, None), (1, 64, 2003), (5, 17, 1502)])
+def test_the_streamed_spelled_figures_are_the_whole_split_figures(speller_folder, rows, bptt, limit):
+    """examples/evaluate.py's spelled scoring, streamed, gives each word the nats the whole-split scoring gave it, bit
+    for bit (the same rows, chunks and forward), and the same figures to the rounding of the sums' order; --max_tokens
+    cuts the text back to the last whole word as before."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, text = speller_folder / "model", speller_folder / "text.txt"
+    tok, model = AutoTokenizer.from_pretrained(folder), AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = encode_lines(tok, text.read_text().splitlines())  # the ids the token cache holds
+    V, byte_table = model.config.vocab_size, vocabulary_bytes(tok, model.config.vocab_size)
+    ends = ((ids < V) | (ids == V + SPELL_END))[:limit].nonzero()
+    cut = int(ends[-1]) + 1  # --max_tokens: back to the last word's end
+    assert cut < limit if limit else cut == len(ids)  # each limit falls inside a spelled word
+    want_nats, want = whole_split_figures(model, ids[:cut], rows, bptt, byte_table)
+    streamed = SpelledText(ids.numpy()[None], byte_table, model.config.pointer_window, rows, limit)
+    nats = torch.full_like(want_nats, math.nan)
+    for scores in streamed.scores(model, bptt):
+        nats[scores.place] = scores.nats
+    assert torch.equal(nats.isnan(), want_nats.isnan()) and torch.equal(nats.nan_to_num(), want_nats.nan_to_num())
+    flags = ["--batch_size", str(rows), "--bptt", str(bptt), *(["--max_tokens", str(limit - 1)] if limit else [])]
+    got = evaluate_script()([str(folder), "--test_file", str(text), "--data_cache_dir", str(speller_folder / "cache"),
+                             *flags])  # fmt: skip
+    assert got["tokens"] == cut and got["ppl"] == got["word_perplexity"] and want.keys() >= {*WORD_KINDS}
+    assert_same_figures(got, want)
