@@ -263,6 +263,15 @@ def export(model, path: Path, inspect: bool = False, window: bool = False):
         np.savez(path.parent / "spell_start.npz", **{n: t.numpy() for n, t in zip(SPELL_NAMES, start, strict=True)})
 
 
+def readers(graph) -> dict:
+    """Each tensor name of an ONNX graph -> the (node, input index) pairs that read it."""
+    out = {}
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            out.setdefault(name, []).append((node, k))
+    return out
+
+
 def bool_reductions(path: Path) -> int:
     """The exporter's `any` and `all` (a bool tensor cast to int64, ReduceMax or ReduceMin, cast back to bool) as one
     ReduceMax or ReduceMin of the bool tensor (opset 20 reduces bools): the same values, without writing the mask as
@@ -276,10 +285,7 @@ def bool_reductions(path: Path) -> int:
     graph = model.graph
     types = {v.name: v.type.tensor_type.elem_type
              for v in [*onnx.shape_inference.infer_shapes(model).graph.value_info, *graph.input]}  # fmt: skip
-    users = {}
-    for node in graph.node:
-        for name in node.input:
-            users.setdefault(name, []).append(node)
+    users = {name: [node for node, _ in read] for name, read in readers(graph).items()}
     outputs, done = {o.name for o in graph.output}, 0
     for cast in list(graph.node):
         if cast.op_type != "Cast" or types.get(cast.input[0]) != onnx.TensorProto.BOOL:
@@ -459,10 +465,7 @@ def quantize_weights(src: Path, dst: Path, threshold: int = 4096):
 
     model = onnx.load(str(src))
     graph = model.graph
-    users = {}
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            users.setdefault(name, []).append((node, k))
+    users = readers(graph)
     front = []  # the dequantized matrices, ahead of every node
     for init in list(graph.initializer):
         w = numpy_helper.to_array(init)
