@@ -599,7 +599,14 @@ def started(script: str, *args):
     """The script running as `python SCRIPT ARGS...` (its own process: a signal reaches it, not a shell), killed at
     the end if it still runs."""
     cmd = [sys.executable, str(ROOT / "examples" / script), *map(str, args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=script_env())
+    # The script as a terminal starts it: SIGINT's default action, which exec gives a child for a handled signal.
+    # Tests started in the background by a shell without job control (`pytest &`) have SIGINT ignored, and an
+    # ignored signal stays ignored in a child, so Python would never turn Ctrl+C into KeyboardInterrupt there.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=script_env())
+    finally:
+        signal.signal(signal.SIGINT, before)
     try:
         yield proc
     finally:
