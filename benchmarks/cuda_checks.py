@@ -10,10 +10,14 @@
    model(ids, labels=ids), backward, SGD step) at 2x200 and 2x650.
 4. A train.py checkpoint saved on the GPU resumes on the CPU (--cpu), and one saved on the CPU resumes on the GPU,
    best weights included, and saves again there.
+5. The speller on CUDA: a shipped folder scores a raw-text prompt whose made-up name is spelled as it does on the
+   CPU, cross-entropy of its logits equals its loss there, greedy decoding through the fast step gives forward's
+   tokens while it spells (fp32 and bf16 weights), and sampling coins words.
 """
 
 import argparse
 import collections
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -22,7 +26,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import build, compare, hf_trainer  # noqa: E402
+from run import build, compare, hf_trainer, spelling_models  # noqa: E402
 
 
 class OpDtypes(TorchDispatchMode):
@@ -134,17 +138,70 @@ def decode_parity(model, dtype) -> str:
     )
 
 
+def speller_on_cuda(folder: Path, device: str = "cuda") -> str:
+    """Check 5 (`device` "cpu" tries the check itself on a machine without a GPU)."""
+    from transformers import AutoTokenizer
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+    from modeling_pointer_sentinel.spelling import WORD_KINDS, WordKinds, word_ends
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    cpu = PointerSentinelForCausalLM.from_pretrained(folder).eval()
+    gpu = PointerSentinelForCausalLM.from_pretrained(folder).to(device).eval()
+    V = tok.word_vocab_size
+    text = "the zorblaxian company said zorblaxian shares rose and the zorblaxian board met"
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        ref, out = cpu(ids, labels=ids), gpu(ids.to(device), labels=ids.to(device))
+    logits = out.logits.float().cpu()
+    ce = torch.nn.functional.cross_entropy(logits[0, :-1], ids[0, 1:]).item()
+    gap, loss = (logits - ref.logits).abs().max().item(), out.loss.item()
+    lines = [f"#### the speller on {device} ({folder.name}, fp32)", "",
+             f"- a prompt of {ids.shape[1]} ids, {int((ids >= V).sum())} of them spelled bytes: max |logits GPU - "
+             f"CPU| {gap:.2e}, loss GPU {loss:.6f} / CPU {ref.loss.item():.6f}, cross-entropy of the GPU's logits - "
+             f"its loss {ce - loss:.1e}"]  # fmt: skip
+    kw = dict(max_new_tokens=60, min_new_tokens=60, do_sample=False)
+    for dtype in (torch.float32, torch.bfloat16):
+        gpu.to(dtype)
+        same = torch.equal(gpu.generate(ids.to(device), decode_step="fast", **kw),
+                           gpu.generate(ids.to(device), decode_step="forward", **kw))  # fmt: skip
+        lines.append(f"- greedy from the prompt, 60 tokens, {str(dtype)[6:]} weights: fast == forward: {same}")
+    gpu.float()
+    torch.manual_seed(0)
+    rows = gpu.generate(ids.to(device).repeat(8, 1), do_sample=True, top_k=40, max_new_tokens=100)[:, ids.shape[1] :]
+    counts = collections.Counter()
+    for row in torch.cat([ids.repeat(8, 1), rows.cpu()], 1).numpy():  # each word's kind, the prompt's words skipped
+        kinds = WordKinds(V, gpu.config.pointer_window)
+        _, kind, _ = kinds(row)
+        counts.update(WORD_KINDS[k] for k in kind[int(word_ends(ids[0].numpy(), V).sum()) :].tolist())
+    first = " ".join(tok.decode(rows[0], skip_special_tokens=True).split())[:160]
+    lines.append(f"- sampled (top-k 40, 8 rows x 100 tokens): {int((rows >= V).sum())} byte ids; words by kind "
+                 f"{dict(counts)}; row 0: {first}")  # fmt: skip
+    for dtype in (torch.float32, torch.bfloat16):
+        spelling = spelling_models(10000, 200, 100, device, dtype)[2].eval()
+        prompt = torch.randint(0, 10000, (4, 12), generator=torch.Generator().manual_seed(1)).to(device)
+        kw = dict(max_new_tokens=40, min_new_tokens=40, do_sample=False, pad_token_id=0)
+        fast = spelling.generate(prompt, decode_step="fast", **kw)
+        same = torch.equal(fast, spelling.generate(prompt, decode_step="forward", **kw))
+        share = (fast[:, 12:] >= 10000).float().mean().item()
+        lines.append(f"- a random 2x200 made to spell, batch 4, 40 greedy tokens, {str(dtype)[6:]} weights: "
+                     f"{share:.0%} byte ids, fast == forward: {same}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def cross_device_resume() -> str:
     """examples/train.py: 30 updates on one device with a checkpoint every 2, across an epoch end (so the checkpoint
     holds best weights of its own, which accelerate loads on the CPU), then `--resume_from_checkpoint latest` for 4
-    more on the other device, saving twice there (each save compares the best weights with the model's)."""
+    more on the other device, saving twice there (each save compares the best weights with the model's); without a
+    speller and with one (whose LSTM cuDNN would pack into one buffer if it were an `nn.LSTM`)."""
     import random
     import subprocess
     import tempfile
 
     root = Path(__file__).resolve().parents[1]
     lines = []
-    for first, then in ((["--cpu"], []), ([], ["--cpu"])):
+    for speller, (first, then) in itertools.product((["--speller_size", "0"], ["--speller_size", "16"]),
+                                                    ((["--cpu"], []), ([], ["--cpu"]))):  # fmt: skip
         with tempfile.TemporaryDirectory() as out:
             rng, files = random.Random(0), {}
             for split, n in (("train", 60), ("valid", 15), ("test", 15)):  # an epoch of 24 updates
@@ -154,13 +211,14 @@ def cross_device_resume() -> str:
             train = [sys.executable, str(root / "examples" / "train.py"), "--config", str(root / "examples" /
                      "configs" / "tiny_test.json"), "--checkpointing_steps", "2", "--resume_from_checkpoint", "latest",
                      "--train_file", str(files["train"]), "--validation_file", str(files["valid"]), "--test_file",
-                     str(files["test"]), "--output_dir", str(Path(out) / "run")]  # fmt: skip
+                     str(files["test"]), "--output_dir", str(Path(out) / "run"), *speller]  # fmt: skip
             runs = [subprocess.run([*train, "--max_train_steps", str(n), *flags], capture_output=True, text=True)
                     for n, flags in ((30, first), (34, then))]  # fmt: skip
             where = lambda flags: "CPU" if flags else "GPU"  # noqa: E731
             ok = all(r.returncode == 0 for r in runs) and "resuming from" in runs[1].stdout + runs[1].stderr
             tail = "" if ok else ": " + " ".join((runs[1].stderr or runs[0].stderr).split())[-300:]
-            lines.append(f"- a checkpoint saved on the {where(first)} (best weights in it) resumes on the "
+            lines.append(f"- a checkpoint {'with' if speller[1] != '0' else 'without'} a speller saved on the "
+                         f"{where(first)} (best weights in it) resumes on the "
                          f"{where(then)} and saves again: {ok}{tail}")  # fmt: skip
     return "\n".join(lines)
 
@@ -168,7 +226,9 @@ def cross_device_resume() -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--only", choices=["dtypes", "precision", "decode", "resume"], default=None)
+    ap.add_argument("--only", choices=["dtypes", "precision", "decode", "resume", "speller"], default=None)
+    ap.add_argument("--speller_folder", default=str(Path(__file__).resolve().parents[1] / "pretrained" /
+                    "ptb-pointer-sentinel-lstm-2x200"))  # fmt: skip
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         ap.error("needs a CUDA GPU")
@@ -181,6 +241,8 @@ def main(argv=None):
             print(lstm_dtypes(model, ids, train), flush=True)
     if args.only in (None, "precision"):
         print(lstm_precision(model, ids), flush=True)
+    if args.only in (None, "speller"):
+        print(speller_on_cuda(Path(args.speller_folder)), flush=True)
     if args.only in (None, "resume"):
         print(cross_device_resume(), flush=True)
     if args.only not in (None, "decode"):

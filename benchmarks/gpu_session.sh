@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One lent-GPU session's checks, as one prepared command (the device time is short and each start costs minutes).
-# Needs, in the working tree: .gpu/site.tar.xz (transformers 5.23 and datasets when the machine's are older) and
-# .gpu/ptb.tar.xz (your PTB copy: ptb/ptb.{train,valid,test}.txt; never committed). WikiText-2 is the bundled copy.
+# Needs, in the working tree: the packages the machine lacks or has too old (transformers 5.23, datasets), as
+# .gpu/site.tar.xz or as wheels in .whl/, and for the 2x650 runs .gpu/ptb.tar.xz (your PTB copy:
+# ptb/ptb.{train,valid,test}.txt; never committed). WikiText-2 is the bundled copy.
 # Writes into $OUT (default ./gpu_out): cuda_checks.md, the benchmark table, the 2x650 runs' logs and results.
 #   MINUTES=4 bash benchmarks/gpu_session.sh        (EXTRA: more train.py flags, e.g. a CPU dry run's)
 set -u
@@ -10,7 +11,9 @@ MINUTES=${MINUTES:-4}
 mkdir -p "$OUT" /tmp/site /tmp/data/wikitext-2 /tmp/runs
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 [ -f .gpu/site.tar.xz ] && tar xJf .gpu/site.tar.xz -C /tmp/site
-tar xJf .gpu/ptb.tar.xz -C /tmp/data
+ls .whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl
+[ -f .gpu/ptb.tar.xz ] && tar xJf .gpu/ptb.tar.xz -C /tmp/data
 for s in train valid test; do xz -dc modeling_pointer_sentinel/data/wikitext-2/wiki.$s.tokens.xz >/tmp/data/wikitext-2/wiki.$s.tokens; done
 PY=${PY:-python3}
 # The files train.py reads for dataset $1 (ptb, wt2); $2 True or False: with the test split.
@@ -22,9 +25,36 @@ config() { $PY -c "import json, sys; sys.path.insert(0, 'examples'); import qual
   $PY -c "import torch, transformers, accelerate, datasets; print(torch.__version__, transformers.__version__, accelerate.__version__, datasets.__version__)"; } 2>&1 | tee "$OUT/env.txt"
 
 if [ "${CHECKS:-1}" = 1 ]; then
-timeout 120 $PY benchmarks/cuda_checks.py >"$OUT/cuda_checks.md" 2>"$OUT/cuda_checks.err"; echo "cuda_checks rc=$?"
+timeout 180 $PY benchmarks/cuda_checks.py >"$OUT/cuda_checks.md" 2>"$OUT/cuda_checks.err"; echo "cuda_checks rc=$?"
+if [ "${BENCH:-1}" = 1 ]; then
 timeout 180 $PY benchmarks/run.py --device cuda --dtype bfloat16 --write "$OUT/results_cuda_bf16.md" >"$OUT/bench.log" 2>&1
 echo "bench rc=$?"
+fi
+fi
+
+# SPELL=1: the speller's rows of benchmarks/run.py (generate's step with the speller against placeholders, a spelled
+# byte against a word step), timed while nothing else runs.
+if [ "${SPELL:-0}" = 1 ]; then
+timeout 180 $PY benchmarks/run.py --device cuda --only spell --write "$OUT/results_spell_cuda.md" >"$OUT/spell.log" 2>&1
+echo "spell rc=$?"
+fi
+
+# BASELINE=NAME: resume the spelling baseline runs/baselines/NAME (examples/baselines.py; carry the folder) on the GPU
+# for MINUTES, killed there (its newest checkpoint survives; a checkpoint each CKPT updates), and bring the run back as
+# $OUT/baseline_NAME.tar; beside the TESTS below. The same recipe, on another device from the checkpoint on.
+if [ -n "${BASELINE:-}" ]; then
+  kind=${BASELINE%%[0-9]*}
+  timeout -s KILL "$($PY -c "print(int(60 * $MINUTES))")" $PY examples/baselines.py train "$kind" \
+    --output_dir "runs/baselines/$BASELINE" --checkpointing_steps "${CKPT:-1000}" >"runs/baselines/$BASELINE/gpu.log" 2>&1 &
+  base=$!
+fi
+# TESTS="pytest arguments": those tests on this host, where train.py's accelerate picks the GPU.
+if [ -n "${TESTS:-}" ]; then
+  timeout 300 $PY -m pytest -p no:cacheprovider -q $TESTS >"$OUT/tests_gpu.log" 2>&1; echo "tests rc=$?"
+fi
+if [ -n "${BASELINE:-}" ]; then
+  wait $base; echo "baseline rc=$?"
+  tar cf "$OUT/baseline_$BASELINE.tar" -C runs/baselines "$BASELINE"
 fi
 
 # DECODE=1: issue 30's generate / step-loop ratio (batch 1 and 32, one thread, 25 rounds) on this host's idle CPU
@@ -72,5 +102,6 @@ for name in ${STUDY:-}; do
     --max_train_minutes "$MINUTES" >/tmp/runs/$name.log 2>&1 &
 done
 wait
+ls /tmp/runs/*.log >/dev/null 2>&1 || exit 0
 tar czf "$OUT/runs.tar.gz" -C /tmp/runs --exclude='*.safetensors' --exclude='step_*' .
 for r in /tmp/runs/*.log; do echo "== $r"; tr '\r' '\n' <"$r" | grep -E "valid ppl|test|Error|error" | tail -n 6; done

@@ -265,13 +265,9 @@ def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast", 
     return unit
 
 
-def spelled_decoding(reps: int, quick: bool, device, dtype) -> list[dict]:
-    """Generate's per-token latency with the speller (ids that carry the text) against the same weights without it
-    (placeholders), greedy from a 10-token prompt on random weights, which write vocabulary words; and the speller's
-    own step: a model made to spell (its `<unk>` share raised, so nearly every token is a byte) against one writing
-    words, both with the speller."""
-    V, H, L, n = 10000, 200, 100, 20 if quick else 50
-    tag = f"2x{H}, V={V}, L={L}, speller 256"
+def spelling_models(V, H, L, device, dtype):
+    """Three 2xH pointer models with one set of random weights: without the speller (placeholders), with it, and with
+    it made to spell (its unseen-word share near 1, so nearly every token it writes is a byte)."""
     spell = dict(oov_slots=256, unk_token_id=1)
     word = build(V, H, 2, L, True, device, dtype, **spell)
     spelled = build(V, H, 2, L, True, device, dtype, speller_size=256, **spell)
@@ -285,6 +281,17 @@ def spelled_decoding(reps: int, quick: bool, device, dtype) -> list[dict]:
         spelling.lm_head.bias[1] = 30.0
     for m in (word, spelled, spelling):  # as the shipped folders' generation_config: never a literal <unk>
         m.generation_config.suppress_tokens = [1]
+    return word, spelled, spelling
+
+
+def spelled_decoding(reps: int, quick: bool, device, dtype) -> list[dict]:
+    """Generate's per-token latency with the speller (ids that carry the text) against the same weights without it
+    (placeholders), greedy from a 10-token prompt on random weights, which write vocabulary words; and the speller's
+    own step: a model made to spell (its `<unk>` share raised, so nearly every token is a byte) against one writing
+    words, both with the speller."""
+    V, H, L, n = 10000, 200, 100, 20 if quick else 50
+    tag = f"2x{H}, V={V}, L={L}, speller 256"
+    word, spelled, spelling = spelling_models(V, H, L, device, dtype)
     units = [decoder(m, 10, n, device) for m in (spelled, word, spelling)]
     for u, writes in zip(units, ("words", "words", "bytes"), strict=True):  # what each row says it times
         u()

@@ -562,6 +562,26 @@ SPELL_END, SPELL_CONT, SPELL_SYMBOLS = 256, 257, 258  # after the 256 bytes: `</
 COPIED_SYMBOLS = 66  # a window word of at most 65 symbols and its end is copied through its bytes; longer: spelled
 
 
+class SpellerLSTM(nn.Module):
+    """The speller's one-layer LSTM: `nn.LSTM`'s parameter names, on the word LSTM's kernel path (`_fused_lstm`, so
+    bf16 autocast runs cuDNN in bf16), and each tensor in its own storage: `nn.LSTM` on CUDA packs its four into one
+    buffer, which safetensors' `load_model` (accelerate's `load_state`) refuses to load into."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight_ih_l0 = nn.Parameter(torch.empty(4 * size, size))
+        self.weight_hh_l0 = nn.Parameter(torch.empty(4 * size, size))
+        self.bias_ih_l0 = nn.Parameter(torch.empty(4 * size))
+        self.bias_hh_l0 = nn.Parameter(torch.empty(4 * size))
+        for p in self.parameters():  # drawn as nn.LSTM draws them, when it does
+            init.uniform_(p, -1 / math.sqrt(size), 1 / math.sqrt(size))
+
+    def forward(self, x, h0, c0):
+        """x (B, T, H), h0/c0 (B, H) -> outputs (B, T, H)."""
+        weights = _one_chunk([self.weight_ih_l0, self.weight_hh_l0, self.bias_ih_l0, self.bias_hh_l0], x)
+        return _fused_lstm(x, h0, c0, weights, self.training)[0]
+
+
 class Speller(nn.Module):
     """p_spell(w | h_t): a one-layer byte LSTM whose state starts from the word LSTM's output h_t (the context of the
     word to spell). Its first step cannot end the word (no word is empty)."""
@@ -570,7 +590,7 @@ class Speller(nn.Module):
         super().__init__()
         self.init_state = nn.Linear(hidden_size, 2 * speller_size)  # (h_0, c_0) of the byte LSTM from h_t
         self.embed_bytes = nn.Embedding(SPELL_SYMBOLS, speller_size)  # bytes, `<+w>`, and SPELL_END as the start
-        self.lstm = nn.LSTM(speller_size, speller_size, batch_first=True)
+        self.lstm = SpellerLSTM(speller_size)
         self.out = nn.Linear(speller_size, SPELL_SYMBOLS)
 
     def forward(self, h: torch.Tensor, spellings: torch.Tensor) -> torch.Tensor:
@@ -579,8 +599,7 @@ class Speller(nn.Module):
         h0, c0 = torch.tanh(self.init_state(h)).chunk(2, -1)
         start = spellings.new_full((spellings.shape[0], 1), SPELL_END)
         x = self.embed_bytes(torch.cat([start, spellings[:, :-1].clamp(0, SPELL_END)], 1))
-        out, _ = self.lstm(x, (h0.unsqueeze(0).contiguous(), c0.unsqueeze(0).contiguous()))
-        logits = self.out(out)
+        logits = self.out(self.lstm(x, h0, c0))
         logits[:, 0, SPELL_END:] = -torch.inf  # a word starts with a byte
         return torch.log_softmax(_upcast(logits), -1)
 

@@ -101,3 +101,32 @@ def test_the_speller_starts_every_word_with_a_byte_and_is_normalised():
     log_p = speller(h[None].expand(3, 6), torch.randint(0, 258, (3, 5)))
     assert (log_p[:, 0, SPELL_END:] == -torch.inf).all()  # neither `</w>` nor `<+w>` before a byte
     torch.testing.assert_close(log_p.logsumexp(-1), torch.zeros(3, 5, dtype=torch.float64))
+
+
+def test_a_speller_models_checkpoint_loads_where_cudnn_packs_an_rnns_weights(tmp_path):
+    """accelerate's save_state then load_state of a model with a speller, as train.py resumes. On CUDA, torch's
+    RNN modules (`nn.LSTM`) pack their four tensors into one buffer (cuDNN's flatten_parameters, on every move to
+    the GPU), and safetensors' load_model, which load_state calls, refuses a state that shares one storage among
+    names ("None is covering the entire storage"). That packing is done here on the CPU to every torch RNN module
+    of the model, so the test holds without a GPU (benchmarks/cuda_checks.py resumes a speller run on one)."""
+    from accelerate import Accelerator
+    from conftest import tiny_config
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+
+    config = tiny_config(oov_slots=8, unk_token_id=1, speller_size=6)
+    model = PointerSentinelForCausalLM(config)
+    for m in model.modules():
+        if isinstance(m, torch.nn.RNNBase):  # as flatten_parameters leaves it on CUDA
+            flat = torch.cat([w.detach().reshape(-1) for w in m._flat_weights])
+            for w, part in zip(m._flat_weights, flat.split([w.numel() for w in m._flat_weights]), strict=True):
+                w.data = part.view_as(w)
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(model)
+    accelerator.save_state(tmp_path / "state")
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    accelerator.load_state(tmp_path / "state")
+    assert all(torch.equal(v, saved[k]) for k, v in model.state_dict().items())
