@@ -552,8 +552,8 @@ def spelled_main(args, tok, splits) -> dict:
     config = load_or_fail("config in", AutoConfig.from_pretrained, args.model)
     V, L = config.vocab_size, config.pointer_window
     try:  # the text's rows are found, or refused, before the weights load
-        text = SpelledText(StreamFile(path, read_meta(path)["dtype"], 1), vocabulary_bytes(tok, V), L, args.batch_size,
-                           args.max_tokens and args.max_tokens + 1)  # fmt: skip
+        text = SpelledText(StreamFile(path, read_meta(path)["dtype"], 1), vocabulary_bytes(tok, V), V, L,
+                           args.batch_size, args.max_tokens and args.max_tokens + 1)  # fmt: skip
     except ValueError as e:
         fail(e)
     tok, model = load_saved_model(args.model, tok)

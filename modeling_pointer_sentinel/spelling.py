@@ -14,7 +14,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .modeling_pointer_sentinel import SPELL_END, PointerSentinelCache, PointerSentinelForCausalLM, Speller
+from .modeling_pointer_sentinel import (
+    SPELL_END,
+    SPELL_SYMBOLS,
+    PointerSentinelCache,
+    PointerSentinelForCausalLM,
+    Speller,
+)
 from .training import shard_streams
 
 FREQUENCY_BUCKETS = ((0, 0), (1, 100), (101, math.inf))
@@ -171,8 +177,9 @@ BLOCK = 1 << 20  # ids a pass over a text reads at once
 
 
 def word_ends(ids, V: int):
-    """Where a word of a spell-mode id stream ends: a vocabulary id, or a spelled word's `</w>`."""
-    return (ids < V) | (ids == V + SPELL_END)
+    """Where a word of a spell-mode id stream ends: a vocabulary id, a spelled word's `</w>`, or an added token (an id
+    after the spelling symbols: `tokenizer.add_tokens`)."""
+    return (ids < V) | (ids == V + SPELL_END) | (ids >= V + SPELL_SYMBOLS)
 
 
 class WordKinds:
@@ -191,7 +198,8 @@ class WordKinds:
         rank = np.cumsum(ends) - 1  # at a word's end: its rank among the words that end here
         place = self.word + np.arange(int(ends.sum()))
         kind, spelled = np.zeros(len(place), np.int64), np.zeros(len(place), np.int64)
-        for p in np.flatnonzero(ids >= self.V).tolist():  # the spelled words' symbols (a vocabulary word: kind 0)
+        spelling = (ids >= self.V) & (ids < self.V + SPELL_SYMBOLS)
+        for p in np.flatnonzero(spelling).tolist():  # the spelled words' symbols (a vocabulary word: kind 0)
             if ids[p] - self.V != SPELL_END:
                 self.symbols.append(int(ids[p]) - self.V)
                 continue
@@ -236,12 +244,12 @@ class SpelledText:
     with the state carried across `bptt` chunks (`scores`), a chunk of each row read at a time: memory does not grow
     with the text. `flat`: the ids as (1, N), indexed [0, a:b] to a numpy array (an id file's
     `evaluation.StreamFile`, or an array in memory); `limit`: the first ids only. The text is read up to the last
-    word's end (of the first `limit` ids). `byte_table`: each vocabulary word's bytes (`vocabulary_bytes`); L: the
-    pointer's window. Two passes over the ids find the rows, before anything is scored. ValueError when the words
-    cannot fill the rows."""
+    word's end (of the first `limit` ids). `byte_table`: each id's bytes (`vocabulary_bytes`); V: the vocabulary's
+    words (`config.vocab_size`); L: the pointer's window. Two passes over the ids find the rows, before anything is
+    scored. ValueError when the words cannot fill the rows."""
 
-    def __init__(self, flat, byte_table: torch.Tensor, L: int, rows: int, limit: int | None = None):
-        self.flat, self.byte_table, self.L, self.V = flat, byte_table, L, len(byte_table)
+    def __init__(self, flat, byte_table: torch.Tensor, V: int, L: int, rows: int, limit: int | None = None):
+        self.flat, self.byte_table, self.L, self.V = flat, byte_table, L, V
         size, n, last = min(flat.shape[1], limit or flat.shape[1]), 0, -1
         for a in range(0, size, BLOCK):
             ends = np.flatnonzero(word_ends(flat[0, a : min(a + BLOCK, size)], self.V))
@@ -299,7 +307,9 @@ class SpelledText:
             words = [w(r[c].numpy()) for w, r, c in zip(kinds, y, counted, strict=True)]  # row by row, as y[ends]
             place, kind, spelled = (np.concatenate(parts) for parts in zip(*words, strict=True))
             word = y[ends]
-            size = torch.where(word < V, self.byte_table[word.clamp(max=V - 1)], torch.from_numpy(spelled) + 1)
+            spelled_end = word == V + SPELL_END  # a spelled word: its spelled bytes; any other: its id's
+            by_id = self.byte_table[word.masked_fill(spelled_end, 0)]
+            size = torch.where(spelled_end, torch.from_numpy(spelled) + 1, by_id)
             scored = torch.from_numpy(~np.isin(place, self.first_words))
             yield WordScores(*(t[scored] for t in (torch.from_numpy(place), nats[slot[ends]],
                                                    torch.from_numpy(kind), size)))  # fmt: skip
@@ -338,10 +348,13 @@ class SpelledTotals:
 
 
 def vocabulary_bytes(tokenizer, V: int) -> torch.Tensor:
-    """(V,) int64: each vocabulary word's bytes as bits per byte counts them, its UTF-8 bytes and one separator;
-    `<eos>` 0 (the line break is the separator of the word before it). A spelled word counts its spelled bytes and
-    one separator (`spelled_words`)."""
-    table = torch.tensor([len(t.encode()) + 1 for t in tokenizer.convert_ids_to_tokens(list(range(V)))])
+    """(len(tokenizer),) int64, by id: each word's bytes as bits per byte counts them, its UTF-8 bytes and one
+    separator, for the V vocabulary words and the added tokens after the spelling symbols; `<eos>` 0 (the line break
+    is the separator of the word before it); the spelling symbols 0: a spelled word counts its spelled bytes and one
+    separator (`spelled_words`)."""
+    table = torch.zeros(len(tokenizer), dtype=torch.int64)
+    words = [*range(V), *range(V + SPELL_SYMBOLS, len(tokenizer))]
+    table[words] = torch.tensor([len(t.encode()) + 1 for t in tokenizer.convert_ids_to_tokens(words)])
     table[tokenizer.eos_token_id] = 0
     return table
 
@@ -353,7 +366,7 @@ def text_bits_per_byte(model: PointerSentinelForCausalLM, tokenizer, ids: torch.
     and test): each word counted with its UTF-8 bytes and one separator (a line's `<eos>` is the separator of the
     word before it), scored by `SpelledText`. A stream cut inside a spelled word is read up to the word before."""
     V, L = model.config.vocab_size, model.config.pointer_window
-    text = SpelledText(ids.numpy()[None], vocabulary_bytes(tokenizer, V), L, batch_size)
+    text = SpelledText(ids.numpy()[None], vocabulary_bytes(tokenizer, V), V, L, batch_size)
     training, totals = model.training, SpelledTotals()
     for scores in text.scores(model.eval(), bptt):
         totals.add(scores)

@@ -36,7 +36,7 @@ def test_words_and_their_kinds_are_read_from_the_ids_alone(tmp_path):
 
 def word_nats(model, ids: torch.Tensor, rows: int, bptt: int, byte_table: torch.Tensor) -> tuple[torch.Tensor, dict]:
     """Each word's nats as `SpelledText.scores` gives them (NaN: a row's first word, not scored), and the figures."""
-    text, totals = SpelledText(ids.numpy()[None], byte_table, L, rows), SpelledTotals()
+    text, totals = SpelledText(ids.numpy()[None], byte_table, len(byte_table), L, rows), SpelledTotals()
     nats = torch.full((text.words,), math.nan, dtype=torch.float64)
     for scores in text.scores(model, bptt):
         nats[scores.place] = scores.nats

@@ -354,7 +354,7 @@ def test_the_streamed_spelled_figures_are_the_whole_split_figures(speller_folder
     cut = int(ends[-1]) + 1  # --max_tokens: back to the last word's end
     assert cut < limit if limit else cut == len(ids)  # each limit falls inside a spelled word
     want_nats, want = whole_split_figures(model, ids[:cut], rows, bptt, byte_table)
-    streamed = SpelledText(ids.numpy()[None], byte_table, model.config.pointer_window, rows, limit)
+    streamed = SpelledText(ids.numpy()[None], byte_table, V, model.config.pointer_window, rows, limit)
     nats = torch.full_like(want_nats, math.nan)
     for scores in streamed.scores(model, bptt):
         nats[scores.place] = scores.nats

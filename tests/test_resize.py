@@ -4,6 +4,7 @@ id after the placeholders or the spelling symbols; text without it scores as bef
 generated and decoded like any word, and the resized model saves and loads as itself."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -81,6 +82,25 @@ def test_text_without_the_new_tokens_scores_as_before(kind):
     torch.testing.assert_close(after.loss, before.loss, atol=1e-6, rtol=0)
     # the new words start with at most exp(-margin) / (the old words of their softmax) of the mass
     assert (after.logits.log_softmax(-1)[..., width:] < -ADDED_WORD_MARGIN).all()  # (plain: logits, unnormalised)
+
+
+@pytest.mark.parametrize("kind", ["spelled", "spelled_adaptive"])
+def test_bits_per_byte_counts_each_new_token_as_a_vocabulary_word(kind):
+    """Text with the new tokens scored as examples/evaluate.py scores it (`spelling.text_bits_per_byte`, one row): a
+    new token is a word of the vocabulary kind, counted with its UTF-8 bytes and one separator, and the words' nats
+    are the model's own target log-probs (the row's first word, here a new token, is the context only)."""
+    from modeling_pointer_sentinel.spelling import text_bits_per_byte
+
+    tok, m = resized(kind)
+    ids = ids_of(tok, NEW_TEXT)[0]
+    words = "<speaker> the crew was sunk <aside> by the Zorbane . <speaker> the Zorbane was <speaker> built .".split()
+    assert tok.decode(ids) == NEW_TEXT and ids[0] == tok.convert_tokens_to_ids("<speaker>")
+    figures = text_bits_per_byte(m, tok, ids, batch_size=1)
+    assert figures["words"] == len(words) - 1 and figures["bytes"] == sum(len(w) + 1 for w in words[1:])
+    assert (figures["vocabulary"]["words"], figures["new"]["words"], figures["copy"]["words"]) == (14, 1, 1)
+    with torch.no_grad():
+        nats = -m(ids[None], labels=ids[None]).target_log_probs[0, :-1].sum().item()
+    assert abs(figures["bits_per_byte"] * figures["bytes"] * math.log(2) - nats) < 1e-9 * nats
 
 
 @pytest.mark.parametrize("kind", KINDS)
