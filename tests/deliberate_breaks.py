@@ -5458,6 +5458,34 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "                start[w] = a + int(ends[w - seen - 1]) + 2",
         ["tests/test_evaluate_streaming.py::test_the_streamed_spelled_figures_are_the_whole_split_figures"],
     ),
+    (
+        "the speller's LSTM is torch's nn.LSTM again (cuDNN packs it into one buffer on CUDA; load_state refuses it)",
+        M,
+        "        self.lstm = SpellerLSTM(speller_size)",
+        "        self.lstm = nn.LSTM(speller_size, speller_size, batch_first=True)",
+        ["tests/test_speller.py::test_a_speller_models_checkpoint_loads_where_cudnn_packs_an_rnns_weights"],
+    ),
+    (
+        "bits per byte: an added token is no word end (its id above the spelling symbols)",
+        "modeling_pointer_sentinel/spelling.py",
+        "    return (ids < V) | (ids == V + SPELL_END) | (ids >= V + SPELL_SYMBOLS)",
+        "    return (ids < V) | (ids == V + SPELL_END)",
+        ["tests/test_resize.py::test_bits_per_byte_counts_each_new_token_as_a_vocabulary_word"],
+    ),
+    (
+        "bits per byte: an added token's id is read as a spelling symbol",
+        "modeling_pointer_sentinel/spelling.py",
+        "        spelling = (ids >= self.V) & (ids < self.V + SPELL_SYMBOLS)",
+        "        spelling = ids >= self.V",
+        ["tests/test_resize.py::test_bits_per_byte_counts_each_new_token_as_a_vocabulary_word"],
+    ),
+    (
+        "bits per byte: an added token's bytes are not in the byte table (it counts none)",
+        "modeling_pointer_sentinel/spelling.py",
+        "    words = [*range(V), *range(V + SPELL_SYMBOLS, len(tokenizer))]",
+        "    words = [*range(V)]",
+        ["tests/test_resize.py::test_bits_per_byte_counts_each_new_token_as_a_vocabulary_word"],
+    ),
 ]
 
 
