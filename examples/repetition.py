@@ -4,6 +4,7 @@ prompts, per decoding setting, for a pointer folder and its plain twin, against 
     python examples/repetition.py                 # WikiText-2's pair on the bundled validation split
     python examples/repetition.py --pair ptb --validation_file ptb.valid.txt
     python examples/repetition.py --settings greedy topk40 --prompts 10   # a quick look
+    python examples/repetition.py --judge runs/baselines/byte            # and a byte model's bits per byte of each
 
 The measure. A continuation is read as words: a vocabulary id is a word, a spelled word (its bytes up to `</w>`) is
 one word, `<eos>` (the corpus's line break) is a word, as the corpus reader counts them. Within each continuation,
@@ -104,6 +105,8 @@ def parse_args(argv=None):
     a("--words", type=int, default=200, help="words in each continuation")
     a("--seed", type=int, default=0)
     a("--num_threads", type=int, default=1)
+    a("--judge", help="a model of another kind that scores every continuation in bits per byte: an "
+      "examples/baselines.py run trained on the pair's training text (e.g. runs/baselines/byte)")  # fmt: skip
     a("--output_dir", default=str(ROOT / "results" / "repetition"))
     describe_ranges(p, RANGES)
     args = p.parse_args(argv)
@@ -290,6 +293,35 @@ def names_back(model, tok, setting: dict, seed: int) -> list[bool]:
     return out
 
 
+def judge_bits_per_byte(judge, judge_tok, texts, rows: list[dict]) -> float:
+    """Bits per byte of the continuations in `rows` (each after its prompt in `texts`, read as context) under
+    `judge`, a model of another kind that spells every word (`--judge`): a third party's view of how natural each
+    folder's text is, which neither folder's own log p gives. Bytes as modeling_pointer_sentinel/baselines.py counts
+    them for the word models (each word's UTF-8 bytes and one separator); over all the continuations."""
+    import math
+
+    from modeling_pointer_sentinel.baselines import encode_corpus, token_nats, word_bytes, word_nats_of_tokens
+
+    bits = n_bytes = 0.0
+    for r in rows:
+        prompt, words = texts[r["prompt"]][0], list(r["words"])
+        lines, line = [], []
+        for w in [*prompt, *words]:  # the corpus's lines: `corpus_words(lines)` gives these words back
+            if w == "<eos>":
+                lines.append(" ".join(line))
+                line = []
+            else:
+                line.append(w)
+        lines.append(" ".join(line))
+        ids, owners = encode_corpus(judge_tok, lines)
+        all_words = [w for text in lines for w in (*text.split(), "<eos>")]
+        nats = word_nats_of_tokens(token_nats(judge, ids, progress=False), owners, len(all_words))
+        new = slice(len(prompt), len(all_words))  # the continuation (and the line end added after it: no bytes)
+        bits += nats[new].sum().item() / math.log(2)
+        n_bytes += word_bytes(all_words)[new].sum().item()
+    return bits / n_bytes
+
+
 def choose(rows: dict, human: dict) -> str | None:
     """The shipped setting from the pointer folder's rows (`summary`s by setting name): of those that never loop,
     repeat 4-grams at most REPEATS times as often as the human text and bring a made-up name back in at least COPIES
@@ -313,10 +345,11 @@ def summary(rows: list[dict]) -> dict:
 
 
 def markdown(result: dict) -> str:
-    a = result["args"]
+    a, judge = result["args"], "judge" in result
     command = f"python examples/repetition.py --pair {result['pair']}"
     command += f" --validation_file {a['validation_file']}" if result["pair"] != "wt2" else ""
     command += f" --settings {' '.join(a['settings'])}" if a["settings"] != list(SETTINGS) else ""
+    command += f" --judge runs/baselines/{result['judge']['run']}" if judge else ""
     lines = [
         f"Repeated 4-grams in {a['words']}-word continuations of {a['prompts']} {result['pair']} validation prompts "
         f"({a['prompt_words']} words each), `{command}`: within each "
@@ -324,10 +357,18 @@ def markdown(result: dict) -> str:
         "one, `<eos>` is one); mean over the prompts; loops: continuations with more than half repeated. log p: the "
         "folder's own mean per-word log p (nats) of the text written (human: of the real next words). spelled: words "
         f"the vocabulary lacks, written in bytes. names back: of examples/unseen_names.py's {NAME_PROMPTS_N} prompts, "
-        f"those whose {NAME_WORDS}-word continuation writes a made-up name of the prompt whole again.",
+        f"those whose {NAME_WORDS}-word continuation writes a made-up name of the prompt whole again."
+        + (
+            f" judge: bits per byte of the continuations (prompt as context) under `{result['judge']['run']}` "
+            f"({result['judge']['weights']}), an examples/baselines.py model that spells every word, `--judge`; "
+            "human: of the real text, whose `<unk>`s it reads as written."
+            if judge
+            else ""
+        ),
         "",
-        "| folder | setting | repeated 4-grams | loops | log p / word | spelled words / 200 | names back |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| folder | setting | repeated 4-grams | loops | log p / word | spelled words / 200 | names back |"
+        + (" judge bits/byte |" if judge else ""),
+        "|---|---|---:|---:|---:|---:|---:|" + ("---:|" if judge else ""),
     ]
     for folder, rows in result["rows"].items():
         for name, s in rows.items():
@@ -335,13 +376,14 @@ def markdown(result: dict) -> str:
                 f"| {Path(folder).name} | {name} | {s['repeated_4gram_share_mean']:.1%} | "
                 f"{s['looping_continuations']}/{s['continuations']} | {s['mean_log_p_per_word']:.2f} | "
                 f"{s['spelled_words_per_continuation'] * 200 / a['words']:.1f} | "
-                f"{s['names_back']}/{s['name_prompts']} |"
+                f"{s['names_back']}/{s['name_prompts']} |" + (f" {s['judge_bits_per_byte']:.3f} |" if judge else "")
             )
     h = result["human"]
     lines.append(f"| human | the text's next {a['words']} words | {h['repeated_4gram_share_mean']:.1%} | "
                  f"{h['looping_continuations']}/{h['continuations']} | pointer {h['mean_log_p_per_word']:.2f}, "
                  f"plain {result['human_plain']['mean_log_p_per_word']:.2f} | "
-                 f"`<unk>`: {h['spelled_words_per_continuation'] * 200 / a['words']:.1f} | — |")  # fmt: skip
+                 f"`<unk>`: {h['spelled_words_per_continuation'] * 200 / a['words']:.1f} | — |"
+                 + (f" {h['judge_bits_per_byte']:.3f} |" if judge else ""))  # fmt: skip
     lines += ["", f"Chosen: **{result['chosen']}** ({result['rule']}).", ""]
     return "\n".join(lines) + "\n"
 
@@ -360,6 +402,7 @@ def main(argv=None):
     texts = [(words[e - args.prompt_words : e], words[e : e + args.words]) for e in ends]
     kept = {k: v for k, v in vars(args).items() if k != "output_dir"}  # no path of this machine
     kept["validation_file"] = Path(args.validation_file).name
+    kept["judge"] = args.judge and Path(args.judge).name
     result = {"pair": args.pair, "args": kept,
               "prompt_ends": ends, "rows": {}, "settings": {s: SETTINGS[s] for s in args.settings}}  # fmt: skip
     folders = PAIRS[args.pair]
@@ -397,6 +440,18 @@ def main(argv=None):
             result["rows"][folder][name] = summary(rows) | {"names_back": sum(back), "name_prompts": len(back)}
             result["rows"][folder][name]["examples"] = [" ".join(r["words"][:60]) for r in rows[:3]]
     bar.close()
+    if args.judge:  # every continuation again, under the judge (seconds a setting)
+        from baselines import load_run
+
+        judge, judge_tok, weights = load_run(Path(args.judge))
+        result["judge"] = {"run": Path(args.judge).name, "weights": weights}
+        for folder in folders:
+            for name in args.settings:
+                rows = json.loads((out_dir / "runs" / f"{Path(folder).name}.{name}.{run_key}.json").read_text())
+                result["rows"][folder][name]["judge_bits_per_byte"] = judge_bits_per_byte(judge, judge_tok, texts,
+                                                                                          rows)  # fmt: skip
+        human = json.loads((out_dir / "runs" / f"{Path(folders[0]).name}.human.{run_key}.json").read_text())
+        result["human"]["judge_bits_per_byte"] = judge_bits_per_byte(judge, judge_tok, texts, human)
     result["human"]["examples"] = [" ".join(h[:60]) for _, h in texts[:3]]
     result["rule"] = (
         f"of the settings whose pointer-folder continuations never loop, repeat 4-grams at most {REPEATS:g} times as "

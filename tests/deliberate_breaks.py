@@ -5486,6 +5486,20 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "    words = [*range(V)]",
         ["tests/test_resize.py::test_bits_per_byte_counts_each_new_token_as_a_vocabulary_word"],
     ),
+    (
+        "the judge: the prompt's bytes counted with the continuation's",
+        "examples/repetition.py",
+        "        new = slice(len(prompt), len(all_words))",
+        "        new = slice(0, len(all_words))",
+        ["tests/test_repetition.py::test_the_judge_scores_a_continuations_bytes_after_its_prompt"],
+    ),
+    (
+        "the judge: `<eos>` read as a written word, not a line break",
+        "examples/repetition.py",
+        '            if w == "<eos>":',
+        "            if False:",
+        ["tests/test_repetition.py::test_the_judge_scores_a_continuations_bytes_after_its_prompt"],
+    ),
 ]
 
 

@@ -6,6 +6,7 @@ and `generate` honours it."""
 import importlib
 import itertools
 import json
+import math
 import os
 import random
 import sys
@@ -161,3 +162,27 @@ def test_the_demo_defaults_to_the_chosen_setting():
     kwargs, _ = app.generation_settings(app.DEFAULT_MODE, 50, app.DEFAULT_TEMPERATURE, app.DEFAULT_TOP_K,
                                         app.DEFAULT_TOP_P, 4, 0)  # fmt: skip
     assert kwargs["do_sample"] == setting["do_sample"]
+
+
+def test_the_judge_scores_a_continuations_bytes_after_its_prompt():
+    """`judge_bits_per_byte` against the text written out by hand: one forward of a byte model over the corpus text
+    of prompt and continuation, the nats of the continuation's bytes (its words, their separators and line breaks)
+    over their number; the prompt's bytes are context. Two rows: the figure pools their bits and bytes."""
+    from conftest import tiny_config
+
+    from modeling_pointer_sentinel import PointerSentinelForCausalLM
+    from modeling_pointer_sentinel.baselines import byte_tokenizer
+
+    tok = byte_tokenizer()
+    judge = PointerSentinelForCausalLM(tiny_config(vocab_size=len(tok), use_pointer=False)).double().eval()
+    prompt = ["the", "ship", "<eos>", "a", "crew"]
+    rows = [{"prompt": 0, "words": ["was", "sunk", "<eos>", "in", "Zorbane"]}, {"prompt": 0, "words": ["é", "!"]}]
+    texts = [(prompt, [])]
+    bits = n_bytes = 0.0
+    for text, continuation in (("the ship\na crew was sunk\nin Zorbane\n", 20), ("the ship\na crew é !\n", 5)):
+        ids = torch.tensor([tok.eos_token_id if b == 10 else b for b in text.encode()])  # a byte an id, "\n" eos
+        with torch.no_grad():
+            log_p = judge(ids[None]).logits[0, :-1].log_softmax(-1).gather(-1, ids[1:, None])[:, 0]
+        bits += -log_p[-continuation:].sum().item() / math.log(2)
+        n_bytes += continuation
+    assert abs(repetition.judge_bits_per_byte(judge, tok, texts, rows) - bits / n_bytes) < 1e-9
