@@ -168,15 +168,18 @@ def pick_folder(page, folder):
 
 
 def generate(page):
-    """Click Generate and wait for this click's answer: a status of a new run that ends it, or a new message (the
-    status keeps the last answer's text while the next one loads)."""
+    """Click Generate and wait for this click's answer to end: a new message, or a new run's final status and its
+    comparison with the twin, the event's last render (the status keeps the last answer's text while the next one
+    loads). Gradio ignores a click while the button's event still runs, so the next click waits for that last render."""
     last = """() => { const s = document.querySelector('#gen-status');
         const run = s.querySelector('.ps-status'), msg = s.querySelector('.ps-msg');
         return [run ? run.dataset.run + run.innerText : '', msg ? msg.innerText : '']; }"""
     before = page.evaluate(last)
     page.locator("#generate").click()
     page.wait_for_function(f"""(before) => {{ const [run, msg] = ({last})();
-        return (run !== before[0] && run.includes('words in')) || (msg !== '' && msg !== before[1]); }}""",
+        const stamp = document.querySelector('#gen-status .ps-status'), twin = document.querySelector('#compare table');
+        return (run !== before[0] && run.includes('words in') && twin !== null && stamp !== null
+                && twin.dataset.run === stamp.dataset.run) || (msg !== '' && msg !== before[1]); }}""",
                            arg=before)  # fmt: skip
 
 
