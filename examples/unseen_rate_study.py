@@ -41,12 +41,12 @@ CONFIG = {
 
 def raw_lines(path: Path, limit: int) -> list[str]:
     """The first `limit` lines of a WikiText split (`.tokens` or `.tokens.xz`) as raw prose."""
-    from modeling_pointer_sentinel.tokenization import _decoder
+    from modeling_pointer_sentinel.tokenization import corpus_line_text
 
-    decode, out = _decoder("wikitext"), []
+    out = []
     with lzma.open(path, "rt") if path.suffix == ".xz" else path.open() as f:
         for line, _ in zip(f, range(limit), strict=False):
-            out.append(decode.decode([w for w in line.split() if w != "<unk>"]).strip() if line.strip() else "")
+            out.append(corpus_line_text([w for w in line.split() if w != "<unk>"]) if line.strip() else "")
     return out
 
 

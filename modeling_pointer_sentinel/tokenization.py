@@ -180,6 +180,14 @@ def _decoder(rules: str) -> decoders.Decoder:
     return decoders.Sequence(steps + [decoders.Replace(Regex(p), c) for p, c in _DECODE[rules]])
 
 
+def corpus_line_text(words: list[str], rules: str = "wikitext") -> str:
+    """A line of a corpus in its tokenized form (its words) as the natural text a tokenizer with `rules` decodes it to
+    (`add_text_rules`): marks joined to their words, no leading space."""
+    if rules not in TEXT_RULES:
+        raise ValueError(f"text_rules must be one of {TEXT_RULES}, got {rules!r}")
+    return _decoder(rules).decode(list(words)).strip()
+
+
 def add_text_rules(tokenizer: PreTrainedTokenizerFast, rules: str) -> PreTrainedTokenizerFast:
     """Give a word-level tokenizer a rule set (in place; see the module's docstring), recorded in its config as
     `text_rules`. Text in the corpus's form keeps its ids; the line-break rule is kept or added."""

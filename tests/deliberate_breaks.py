@@ -5254,8 +5254,8 @@ MUTS += [  # open vocabulary, training: a 2-rank spelling run killed and resumed
     (
         "spell training: the study's raw text keeps WikiText's <unk> words",
         URS,
-        'decode.decode([w for w in line.split() if w != "<unk>"])',
-        "decode.decode(line.split())",
+        'corpus_line_text([w for w in line.split() if w != "<unk>"])',
+        "corpus_line_text(line.split())",
         [URT],
     ),
 ]
@@ -5499,6 +5499,13 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         '            if w == "<eos>":',
         "            if False:",
         ["tests/test_repetition.py::test_the_judge_scores_a_continuations_bytes_after_its_prompt"],
+    ),
+    (
+        "corpus_line_text: a line's words joined by the whitespace rules whatever the rules asked",
+        TOK,
+        "    return _decoder(rules).decode(list(words)).strip()",
+        '    return _decoder("whitespace").decode(list(words)).strip()',
+        ["tests/test_text_rules.py::test_wikitext_decodes_to_natural_text"],
     ),
 ]
 

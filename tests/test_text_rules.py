@@ -10,7 +10,12 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, pipeline
 
-from modeling_pointer_sentinel.tokenization import build_word_level_tokenizer, detect_text_rules, open_vocabulary
+from modeling_pointer_sentinel.tokenization import (
+    build_word_level_tokenizer,
+    corpus_line_text,
+    detect_text_rules,
+    open_vocabulary,
+)
 from modeling_pointer_sentinel.training import BUNDLED, encode_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +83,10 @@ def test_wikitext_decodes_to_natural_text(wikitext):
         " Du Fu's poems, 1,200 of them (3.5%), the highest-selling.\n== Reception ==\n"
     )
     assert wikitext.decode(wikitext("the players ' union")["input_ids"]) == " the players' union"
+    # the same rules on a corpus line's words alone, without a tokenizer (examples/unseen_rate_study.py's raw text)
+    assert corpus_line_text(text.split("\n")[0].split()) == "Du Fu's poems, 1,200 of them (3.5%), the highest-selling."
+    with pytest.raises(ValueError, match="text_rules must be one of"):
+        corpus_line_text(["a"], "wiki")
 
 
 @pytest.mark.parametrize("rules", ["wikitext", "ptb"])
