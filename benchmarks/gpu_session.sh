@@ -5,6 +5,9 @@
 # ptb/ptb.{train,valid,test}.txt; never committed). WikiText-2 is the bundled copy.
 # Writes into $OUT (default ./gpu_out): cuda_checks.md, the benchmark table, the 2x650 runs' logs and results.
 #   MINUTES=4 bash benchmarks/gpu_session.sh        (EXTRA: more train.py flags, e.g. a CPU dry run's)
+#   CHECKS=1 BENCH=0 SPELL=1 BIG=0 BASELINE=byte MINUTES=4.5 TESTS="tests/test_train_raw_text.py -n 4" bash ...
+# The tree that travels to a lent machine must fit in 64 MiB and the tracked weights under pretrained/ are 110 MB:
+# move the folders a run does not read (cuda_checks.py reads the PTB pointer folder) out of the tree for the call.
 set -u
 OUT=${OUT:-gpu_out}
 MINUTES=${MINUTES:-4}
