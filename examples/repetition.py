@@ -300,13 +300,14 @@ def judge_bits_per_byte(judge, judge_tok, texts, rows: list[dict]) -> float:
     them for the word models (each word's UTF-8 bytes and one separator); over all the continuations."""
     import math
 
+    from modeling_pointer_sentinel.baselines import corpus_words as words_of_lines
     from modeling_pointer_sentinel.baselines import encode_corpus, token_nats, word_bytes, word_nats_of_tokens
 
     bits = n_bytes = 0.0
     for r in rows:
         prompt, words = texts[r["prompt"]][0], list(r["words"])
         lines, line = [], []
-        for w in [*prompt, *words]:  # the corpus's lines: `corpus_words(lines)` gives these words back
+        for w in [*prompt, *words]:  # the corpus's lines: `words_of_lines` gives these words back
             if w == "<eos>":
                 lines.append(" ".join(line))
                 line = []
@@ -314,7 +315,7 @@ def judge_bits_per_byte(judge, judge_tok, texts, rows: list[dict]) -> float:
                 line.append(w)
         lines.append(" ".join(line))
         ids, owners = encode_corpus(judge_tok, lines)
-        all_words = [w for text in lines for w in (*text.split(), "<eos>")]
+        all_words = words_of_lines(lines)
         nats = word_nats_of_tokens(token_nats(judge, ids, progress=False), owners, len(all_words))
         new = slice(len(prompt), len(all_words))  # the continuation (and the line end added after it: no bytes)
         bits += nats[new].sum().item() / math.log(2)
@@ -407,6 +408,13 @@ def main(argv=None):
               "prompt_ends": ends, "rows": {}, "settings": {s: SETTINGS[s] for s in args.settings}}  # fmt: skip
     folders = PAIRS[args.pair]
     run_key = f"n{args.prompts}.p{args.prompt_words}.w{args.words}.s{args.seed}.{Path(args.validation_file).name}"
+    judged = lambda rows: {}  # noqa: E731
+    if args.judge:  # every continuation scored again by it as it is read (seconds a setting)
+        from baselines import load_run
+
+        judge, judge_tok, weights = load_run(Path(args.judge))
+        result["judge"] = {"run": Path(args.judge).name, "weights": weights}
+        judged = lambda rows: {"judge_bits_per_byte": judge_bits_per_byte(judge, judge_tok, texts, rows)}  # noqa: E731
     bar = tqdm(total=len(folders) * (len(args.settings) + 1) * len(texts), desc="continuations", unit="text")
     for folder in folders:
         model = AutoModelForCausalLM.from_pretrained(ROOT / folder, trust_remote_code=True, dtype=torch.float32)
@@ -419,7 +427,10 @@ def main(argv=None):
         else:
             bar.update(len(prompts))
         human = json.loads(cached.read_text())
-        result["human" if folder == folders[0] else "human_plain"] = summary(human)
+        if folder == folders[0]:
+            result["human"] = summary(human) | judged(human)
+        else:
+            result["human_plain"] = summary(human)
         result.setdefault("human_rows", [{k: r[k] for k in ("prompt", "repeated_4gram_share")} for r in human])
         result["rows"][folder] = {}
         for name in args.settings:
@@ -438,20 +449,9 @@ def main(argv=None):
                 names.write_text(json.dumps(names_back(model, tok, SETTINGS[name], args.seed)))
             back = json.loads(names.read_text())
             result["rows"][folder][name] = summary(rows) | {"names_back": sum(back), "name_prompts": len(back)}
+            result["rows"][folder][name] |= judged(rows)
             result["rows"][folder][name]["examples"] = [" ".join(r["words"][:60]) for r in rows[:3]]
     bar.close()
-    if args.judge:  # every continuation again, under the judge (seconds a setting)
-        from baselines import load_run
-
-        judge, judge_tok, weights = load_run(Path(args.judge))
-        result["judge"] = {"run": Path(args.judge).name, "weights": weights}
-        for folder in folders:
-            for name in args.settings:
-                rows = json.loads((out_dir / "runs" / f"{Path(folder).name}.{name}.{run_key}.json").read_text())
-                result["rows"][folder][name]["judge_bits_per_byte"] = judge_bits_per_byte(judge, judge_tok, texts,
-                                                                                          rows)  # fmt: skip
-        human = json.loads((out_dir / "runs" / f"{Path(folders[0]).name}.human.{run_key}.json").read_text())
-        result["human"]["judge_bits_per_byte"] = judge_bits_per_byte(judge, judge_tok, texts, human)
     result["human"]["examples"] = [" ".join(h[:60]) for _, h in texts[:3]]
     result["rule"] = (
         f"of the settings whose pointer-folder continuations never loop, repeat 4-grams at most {REPEATS:g} times as "
