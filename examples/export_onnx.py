@@ -140,14 +140,16 @@ SPELL_NAMES = ["window_spellings", "copy_log_mass", "new_log_mass", "speller_hid
 class SpelledWordGraph(torch.nn.Module):
     """`spelled_word_step` as a function of its state: the word's id and spelling, the word state and the window's
     spellings in -> log p (B, V + 258), the word state and the whole speller state out. With `inspect` (a model with
-    a pointer) also the pointer's view of the step (`INSPECT_NAMES`), for a page that shows it (export_web.py)."""
+    a pointer) also the pointer's view of the step (`INSPECT_NAMES`), for a page that shows it (export_web.py). With
+    `held` a last input, `held_slots` (H,): the window slots the first byte's mixture reads, those whose ids are
+    spelled words or any more (`_spelled_symbols`' `few`), rather than all L."""
 
-    def __init__(self, model, inspect: bool = False):
+    def __init__(self, model, inspect: bool = False, held: bool = False):
         super().__init__()
-        self.model, self.inspect = model, inspect and model.pointer is not None
+        self.model, self.inspect, self.held = model, inspect and model.pointer is not None, held
 
     def forward(self, input_ids, spelling, *state):
-        state = [t.clone() for t in state]
+        state, held = ([t.clone() for t in state[:-1]], state[-1]) if self.held else ([t.clone() for t in state], False)
         s = as_decode_state(self.model, state[:-1])
         if s.keys is not None:  # room for the step's attention: the window's copies read it
             s = s._replace(attention=s.keys.new_zeros(s.ids.shape))
@@ -156,7 +158,7 @@ class SpelledWordGraph(torch.nn.Module):
         spell = SpellState(None, spellings, h.new_zeros(B, spellings.shape[1]), h.new_zeros(B), h, h.clone(),
                            spelling.clone(), h.new_zeros(B), h.new_zeros(B, SPELL_END + 2))  # fmt: skip
         log_p = spelled_word_step(self.model, pack_weights(self.model, input_first=False), s, spell, input_ids,
-                                  spelling, few=False)  # fmt: skip
+                                  spelling, few=held)  # fmt: skip
         if not self.inspect:
             return (log_p, *state_tensors(s), *spell[1:])
         # a over the window's ring (the step writes log a into the state) and g: the sentinel's softmax (and the
@@ -185,10 +187,10 @@ class SpelledByteGraph(torch.nn.Module):
 INSPECT_NAMES = ["attention", "gate"]
 
 
-def spell_io_names(model, inspect: bool = False) -> tuple[list[str], list[str], list[str], list[str]]:
-    """The word graph's inputs and outputs, then the byte graph's."""
+def spell_io_names(model, inspect: bool = False, held: bool = False) -> tuple[list, list, list, list]:
+    """The word graph's inputs and outputs, then the byte graph's (names)."""
     state = io_names(model)[0][1:]
-    word_in = ["input_ids", "spelling", *state, SPELL_NAMES[0]]
+    word_in = ["input_ids", "spelling", *state, SPELL_NAMES[0]] + (["held_slots"] if held else [])
     word_out = ["log_probs", *(f"{s}.out" for s in state), *(f"{s}.out" for s in SPELL_NAMES)]
     word_out += INSPECT_NAMES if inspect and model.pointer is not None else []
     return word_in, word_out, ["input_ids", *SPELL_NAMES], ["log_probs", *(f"{s}.out" for s in SPELL_NAMES[3:])]
@@ -234,17 +236,19 @@ def export(model, path: Path, inspect: bool = False, window: bool = False):
     word step with the pointer's view (`INSPECT_NAMES`) too if `inspect`. With `window` the byte step's window (its
     `window_spellings` and `copy_log_mass`) has a dynamic length, `window`: a runner may pass only the slots that hold
     a word to copy (those whose copy mass is above -inf; at least one slot), which gives the same log p, as the model's
-    own eager step reads only those slots (`_spelled_symbols`' `few`)."""
+    own eager step reads only those slots (`_spelled_symbols`' `few`); and the word step reads only the slots given
+    in its `held_slots` (those whose ids are spelled words, the step's own included; at least one slot)."""
     batch = torch.export.Dim("batch", min=1)
     slots = torch.export.Dim("window", min=1) if window else None
     state = empty_state(model, 2)
     if not model.config.speller_size:
         graphs = [(DecodeStepGraph(model), path, (torch.tensor([1, 2]), *state), *io_names(model))]
     else:
-        word_in, word_out, byte_in, byte_out = spell_io_names(model, inspect)
-        spell, V = empty_spell_state(model, 2), model.config.vocab_size
-        graphs = [(SpelledWordGraph(model, inspect), path, (torch.tensor([1, V]), spell[5].clone(), *state, spell[0]),
-                   word_in, word_out),
+        word_in, word_out, byte_in, byte_out = spell_io_names(model, inspect, held=window)
+        spell, V, L = empty_spell_state(model, 2), model.config.vocab_size, model.config.pointer_window
+        held = [torch.arange(2) % L] if window else []
+        graphs = [(SpelledWordGraph(model, inspect, window), path,
+                   (torch.tensor([1, V]), spell[5].clone(), *state, spell[0], *held), word_in, word_out),
                   (SpelledByteGraph(model), spell_path(path), (torch.tensor([V + 65, V + 66]), *spell), byte_in,
                    byte_out)]  # fmt: skip
     for graph, file, args, inputs, outputs in graphs:
@@ -252,6 +256,8 @@ def export(model, path: Path, inspect: bool = False, window: bool = False):
         shapes = [None if t.dim() == 0 else {0: batch} for t in args[lead:]]
         if slots is not None and isinstance(graph, SpelledByteGraph):  # SPELL_NAMES' first two: the window's slots
             shapes[:2] = [{0: batch, 1: slots}] * 2
+        if slots is not None and isinstance(graph, SpelledWordGraph):  # held_slots (H,)
+            shapes[-1] = {0: torch.export.Dim("held", min=1)}
         shapes = (*[{0: batch}] * lead, tuple(shapes))
         program = torch.onnx.export(graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs,
                                     dynamic_shapes=shapes, optimize=True, verbose=False,

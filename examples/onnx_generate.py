@@ -125,8 +125,13 @@ class SpelledSteps:
             if len(spelling) <= self.K:
                 kept[0, : len(spelling)] = spelling
             sess, names, feed = self.word, self.word_out, {"spelling": kept}
+            if "held_slots" in self.word_in:  # the slots whose ids are spelled words, the word's own included
+                ids = state["window_ids"][0].copy() if "window_ids" in state else np.zeros(1, np.int64)
+                ids[int(state.get("window_slot", 0))] = token
+                held = np.flatnonzero(ids >= self.V)
+                feed["held_slots"] = held if held.size else np.zeros(1, np.int64)
         inputs = self.byte_in if sess is self.byte else self.word_in
-        feed |= {n: state[n] for n in inputs if n not in ("input_ids", "spelling")}
+        feed |= {n: state[n] for n in inputs if n not in ("input_ids", "spelling", "held_slots")}
         out = sess.run(None, {"input_ids": np.array([token], np.int64), **feed})
         state.update(zip(names[1:], out[1:], strict=True))
         return out[0]

@@ -1745,7 +1745,7 @@ def spelled_byte_step(model, w: "PackedWeights", spell: SpellState, symbol: torc
 
 
 def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, ids: torch.Tensor,
-                      kept: torch.Tensor, few: bool = True) -> torch.Tensor:  # fmt: skip
+                      kept: torch.Tensor, few: bool | torch.Tensor = True) -> torch.Tensor:  # fmt: skip
     """A word step, ids (B,) (a vocabulary id, or a spelled word's slot V + k) and kept (B, K) (its spelling, bytes
     then SPELL_END padded with -1; all -1 for a vocabulary word or one too long to copy): `decode_step`, then the
     copies of the window's spelled words (`window_copies`) and the speller started from h_t, all in `spell` in place
@@ -1778,17 +1778,21 @@ def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: Spel
     return torch.cat([log_p[:, :V].to(symbols.dtype), symbols], -1)
 
 
-def _spelled_symbols(spell: SpellState, few: bool = True) -> torch.Tensor:
+def _spelled_symbols(spell: SpellState, few: bool | torch.Tensor = True) -> torch.Tensor:
     """`spelled_mixture` over the window's slots. `few` (one row, eager): over the slots that hold a word to copy
     alone (the others add nothing), so the (SPELL_SYMBOLS, L) comparison shrinks to those few, and with none, at a
     word's start, the speller's share alone (its logaddexp with -inf); the same values, in shapes that depend on the
-    data, which an exported graph cannot have."""
-    if not few:
+    data, which an exported graph cannot have. `few` may instead be those slots (H,), any superset of them, read by
+    every row: an exported graph's runner knows which of its window's slots hold spelled words."""
+    if few is False:
         return spelled_mixture(spell.log_copy, spell.spellings, spell.prefix, spell.log_new, spell.log_prefix,
                                spell.log_next)  # fmt: skip
-    held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
-    if held.numel() == 0 and spell.prefix[0, 0] < 0:
-        return (spell.log_new + spell.log_prefix).unsqueeze(-1) + spell.log_next
+    if isinstance(few, torch.Tensor):
+        held = few
+    else:
+        held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
+        if held.numel() == 0 and spell.prefix[0, 0] < 0:
+            return (spell.log_new + spell.log_prefix).unsqueeze(-1) + spell.log_next
     return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix, spell.log_new,
                            spell.log_prefix, spell.log_next)  # fmt: skip
 

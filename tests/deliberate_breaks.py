@@ -5507,6 +5507,37 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         '    return _decoder("whitespace").decode(list(words)).strip()',
         ["tests/test_text_rules.py::test_wikitext_decodes_to_natural_text"],
     ),
+    (
+        "web speed: the word step is not given the slot of the spelled word it reads",
+        "web/src/runner.js",
+        "if ((i === s ? token : Number(ids[i])) >= this.V) held.push(i);",
+        "if (Number(ids[i]) >= this.V) held.push(i);",
+        ["tests/test_web_page.py::test_the_pages_steps_give_forwards_log_p_where_a_spelled_word_repeats_at_once"],
+    ),
+    (
+        "web speed: the word step is given the first spelled slot alone",
+        "web/src/runner.js",
+        "    return this.ids(held.length ? held : [0]);",
+        "    return this.ids(held.length ? held.slice(0, 1) : [0]);",
+        ["tests/test_web_page.py::test_the_pages_steps_give_forwards_log_p_where_a_spelled_word_repeats_at_once"],
+    ),
+    (
+        "held_slots: SpelledSteps leaves out the word's own slot",
+        "examples/onnx_generate.py",
+        '                ids[int(state.get("window_slot", 0))] = token\n',
+        "",
+        ["tests/test_onnx_spelled.py::test_the_word_step_over_its_spelled_slots_alone_gives_the_whole_windows_log_p"],
+    ),
+    (
+        "held_slots: the first byte's mixture reads the first given slot alone",
+        M,
+        "    if isinstance(few, torch.Tensor):\n        held = few\n",
+        "    if isinstance(few, torch.Tensor):\n        held = few[:1]\n",
+        [
+            "tests/test_onnx_spelled.py::test_the_word_step_over_its_spelled_slots_alone_gives_the_whole_windows_log_p",
+            "tests/test_web_page.py::test_the_pages_steps_give_forwards_log_p_where_a_spelled_word_repeats_at_once",
+        ],
+    ),
 ]
 
 

@@ -241,6 +241,38 @@ def test_the_byte_step_over_the_held_slots_alone_gives_the_whole_windows_log_p(s
     assert checked >= 10 and held_any
 
 
+def test_the_word_step_over_its_spelled_slots_alone_gives_the_whole_windows_log_p(spelled, page_steps):
+    """With `window=True` the word step's first-byte mixture reads the ring slots in `held_slots` alone: given those
+    whose ids are spelled words, the word's own slot included (as `SpelledSteps` and the page give them), its log p
+    and every output are those of all L slots (to float rounding), at every word of a text that repeats a spelled
+    word at once and later."""
+    m, _, out = spelled
+    V, L = m.config.vocab_size, m.config.pointer_window
+    steps = onnx_generate.SpelledSteps(page_session(page_steps / "decode_step.onnx"),
+                                       page_session(page_steps / "spell_step.onnx"), V, m.config.oov_slots,
+                                       dict(np.load(page_steps / "spell_start.npz")))  # fmt: skip
+    assert "held_slots" in steps.word_in
+    real = steps.word.run
+    text = f"{PROMPTS[0]} Zorbane was saved by Kelpravia and the Zorbane"
+    ids, checked, fewer = onnx_generate.OnnxPointerSentinel(out).encode(text)[0], 0, 0
+
+    def both(names, feed):  # the step as SpelledSteps feeds it, and over every slot
+        few, whole = real(names, feed), real(names, dict(feed, held_slots=np.arange(L)))
+        for a, b in zip(few, whole, strict=True):
+            assert np.array_equal(np.isfinite(a), np.isfinite(b)) and np.allclose(a, b, atol=1e-5, equal_nan=True)
+        nonlocal checked, fewer
+        checked, fewer = checked + 1, fewer + (len(feed["held_slots"]) < L)
+        return few
+
+    steps.word.run, state = both, steps.empty()
+    try:
+        for t in ids:
+            steps.step(t, state)
+    finally:
+        steps.word.run = real
+    assert checked >= 15 and fewer == checked
+
+
 def test_weight_only_int8_stores_int8_and_stays_near_float32(spelled, page_steps):
     """`quantize_weights`: every float matrix of `SMALL` values or more stored as int8 with its DequantizeLinear (no
     float copy, no dynamic quantization), which the runtime folds at load; the word step's log p stays within int8's

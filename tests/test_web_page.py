@@ -232,6 +232,33 @@ def test_greedy_tokens_gate_and_pointer_share_match_pytorch(browser):
     assert "copy" in kinds, kinds
 
 
+def test_the_pages_steps_give_forwards_log_p_where_a_spelled_word_repeats_at_once(browser):
+    """The page's steps over a text (the fp32 graphs, the word step reading only the ring slots that hold spelled
+    words): each next token's log p is the model's forward's, to 1e-4, at every token of a text that repeats a
+    spelled word at once and later (the repeat's first byte is a copy of the word just written, whose slot the page
+    must give the word step)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(ROOT / FOLDER), trust_remote_code=True)
+    model = AutoModelForCausalLM.from_pretrained(str(ROOT / FOLDER), trust_remote_code=True).eval()
+    ids = tok("the Zorbane Zorbane ship was sunk in the bay . the Zorbane was saved")["input_ids"]
+    assert sum(i >= model.config.vocab_size for i in ids) > 20  # spelled bytes
+    with torch.no_grad():
+        log_p = model(torch.tensor([ids])).logits[0].log_softmax(-1)
+    want = [float(log_p[i, ids[i + 1]]) for i in range(len(ids) - 1)]
+    got = browser[0].evaluate(
+        """async ([name, ids]) => {
+            const m = await window.pointerPage.getModel(name, "fp32"), row = m.empty(), out = [];
+            for (let i = 0; i + 1 < ids.length; i++) out.push((await m.step(ids[i], row)).at(ids[i + 1]));
+            return out;
+        }""",
+        [NAME, ids],
+    )
+    worst = max(abs(a - b) for a, b in zip(got, want, strict=True))
+    assert worst < 1e-4, (worst, got, want)
+
+
 def test_sampling_is_seeded_and_top_k_1_is_greedy(browser):
     """Top-k sampling in the page: a seed gives the same continuation again, another seed another one, and top-k 1
     (the one most probable token) gives the greedy continuation."""
@@ -367,8 +394,8 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
     """export_web.py's forms of the steps (export_web.page_graph): one row; the int8 matrices are int8 with a
     DequantizeLinear (folded to float32 at load) and no dynamic quantization; the last hidden state feeds one Gemm
     (export_onnx.fuse_shared_gemms); no bool cast to a number for any/all (export_onnx.bool_reductions); the word step
-    gives no window ring back (the page moves it); the byte step's window has a dynamic length and its log p is the
-    258 symbol columns."""
+    gives no window ring back (the page moves it) and reads the slots it is given (`held_slots`, of any number); the
+    byte step's window has a dynamic length and its log p is the 258 symbol columns."""
     from onnx import TensorProto
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -384,7 +411,7 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
         casts = [n for n in graph.node if n.op_type in ("ReduceMax", "ReduceMin") and n.input[0] in made
                  and made[n.input[0]].op_type == "Cast"]  # fmt: skip
         assert not casts, [n.name for n in casts]
-        assert all(d.dim_value == 1 for v in graph.input if v.type.tensor_type.shape.dim
+        assert all(d.dim_value == 1 for v in graph.input if v.type.tensor_type.shape.dim and v.name != "held_slots"
                    for d in v.type.tensor_type.shape.dim[:1]), "the batch is one row"  # fmt: skip
     last = next(v.name for v in word.graph.output if v.name.startswith("hidden.") and v.name.endswith(".out")
                 and not any(w.name > v.name for w in word.graph.output if w.name.startswith("hidden.")))  # fmt: skip
@@ -392,6 +419,8 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
     assert not {v.name.removesuffix(".out") for v in word.graph.output} & set(export_web.RING)
     window = next(v for v in byte.graph.input if v.name == "window_spellings").type.tensor_type.shape.dim
     assert window[1].dim_param and not window[1].dim_value, window
+    held = next(v for v in word.graph.input if v.name == "held_slots").type.tensor_type.shape.dim
+    assert len(held) == 1 and held[0].dim_param and not held[0].dim_value, held
     log_p = next(v for v in byte.graph.output if v.name == "log_probs").type.tensor_type.shape.dim
     assert log_p[-1].dim_value == export_web.SPELL_SYMBOLS
 

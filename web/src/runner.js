@@ -4,7 +4,8 @@
 // `SpelledRow` keeps them. The word step also gives the pointer's view (attention over the window's ring, gate g),
 // from which `record` and `moment` split each word's probability as modeling_pointer_sentinel/inspection.py does.
 // For speed (export_web.py's page graphs): the window's ring is kept and moved here, the word step reads it and gives
-// none of it back (`advanceRing`); the byte step gets only the slots that hold a word to copy (`heldSlots`) and
+// none of it back (`advanceRing`); the word step reads only the ring slots that hold spelled words (`spelledSlots`),
+// the byte step only those that hold a word to copy (`heldSlots`), and it
 // gives the 258 symbols' log p; the int8 weights become float32 matrices when the sessions load.
 
 import { Tokenizer } from "./tokenizer.js";
@@ -161,6 +162,18 @@ export class Model {
     t.window_slot.data[0] = BigInt((s + 1) % L);
   }
 
+  /** The word step's `held_slots`: the ring's slots whose ids are spelled words (V + k), the word's own slot (where
+   * its key goes) read as the word, or slot 0 when none is. The first byte's mixture reads those alone: only they
+   * can hold a word to copy (export_onnx.py's `held`). */
+  spelledSlots(row, token) {
+    const held = [];
+    if (this.pointer) {
+      const t = row.tensors, s = Number(t.window_slot.data[0]), ids = t.window_ids.data;
+      for (let i = 0; i < this.L; i++) if ((i === s ? token : Number(ids[i])) >= this.V) held.push(i);
+    }
+    return this.ids(held.length ? held : [0]);
+  }
+
   ids(values) {
     return new this.ort.Tensor("int64", BigInt64Array.from(values, (v) => BigInt(v)), [values.length]);
   }
@@ -204,6 +217,7 @@ export class Model {
       if (spelling.length <= this.K) spelling.forEach((v, i) => (kept[i] = BigInt(v)));
       session = this.word;
       feed = { input_ids: this.ids([token]), spelling: new this.ort.Tensor("int64", kept, [1, this.K]) };
+      if (session.inputNames.includes("held_slots")) feed.held_slots = this.spelledSlots(row, token);
     }
     for (const name of session.inputNames) if (!(name in feed)) feed[name] = row.tensors[name];
     const out = await session.run(feed);
