@@ -5538,6 +5538,20 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
             "tests/test_web_page.py::test_the_pages_steps_give_forwards_log_p_where_a_spelled_word_repeats_at_once",
         ],
     ),
+    (
+        "spelled mixture by scatter: one shift for all symbols (a far candidate underflows)",
+        M,
+        '    top = top.scatter_reduce(-1, column, log_copy.detach(), "amax", include_self=False)  # a constant of the sum',
+        '    top = top.scatter_reduce(-1, column, log_copy.detach(), "amax", include_self=False).amax(-1, True).expand_as(top)',
+        ["tests/test_speller.py::test_no_candidates_mass_underflows_however_far_below_the_largest_it_lies"],
+    ),
+    (
+        "spelled mixture by scatter: the symbols' columns read one place on",
+        M,
+        "    copied = (_safe_log(mass) + top)[..., :SPELL_SYMBOLS]",
+        "    copied = (_safe_log(mass) + top)[..., 1:]",
+        ["tests/test_speller.py::test_spelled_mixture_is_the_definition_candidate_by_candidate"],
+    ),
 ]
 
 

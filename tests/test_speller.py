@@ -81,6 +81,26 @@ def test_a_words_bytes_telescope_to_its_copy_mass_plus_the_spellers_new_word():
             assert math.isclose(math.exp(log_p), held + 0.3 * p_spell, rel_tol=1e-9), word
 
 
+def test_no_candidates_mass_underflows_however_far_below_the_largest_it_lies():
+    """In float32, copy masses 150 nats apart (exp(-150) is 0 in float32) on words with different first bytes, and two
+    words sharing a byte far below the rest: each symbol gets its own candidates' mass exactly (the speller's share
+    N = 0, so the joint is the copies alone), in log space, at the boundary and after a shared prefix."""
+    words = [b"ab", b"xy", b"xz", b"q"]
+    window = torch.tensor([pad(w) for w in words]).unsqueeze(0)
+    log_copy = torch.tensor([[0.0, -150.0, -151.0, -300.0]])
+    log_next = torch.full((1, 258), -math.log(258.0))
+    for prefix, want in (
+        ([], {ord("a"): 0.0, ord("x"): math.log(math.exp(0) + math.exp(-1)) - 150, ord("q"): -300.0}),
+        ([ord("x")], {ord("y"): -math.log(1 + math.exp(-1)), ord("z"): -1 - math.log(1 + math.exp(-1))}),
+    ):
+        pre = torch.tensor([prefix + [-1] * (K - len(prefix))])
+        out = spelled_mixture(log_copy, window, pre, torch.tensor([-torch.inf]), torch.zeros(1), log_next)[0]
+        assert out.dtype == torch.float32
+        for symbol, value in want.items():
+            assert math.isclose(out[symbol].item(), value, rel_tol=1e-6, abs_tol=1e-5), (prefix, chr(symbol))
+        assert abs(out.exp().sum().item() - 1) < 1e-5  # the copies' whole mass (1 to float32), or the conditionals
+
+
 def test_every_spelling_up_to_two_bytes_sums_to_at_most_the_unseen_mass():
     """Enumerated over all 256 + 256^2 byte strings, their probabilities add up to no more than the unseen-word mass,
     and the window's one- and two-byte words are all in it (nothing is counted twice)."""

@@ -619,10 +619,14 @@ def spelled_mixture(log_copy, window_spellings, prefix, log_new, log_spell_prefi
     same = (window_spellings == prefix.unsqueeze(-2)) | ~before.unsqueeze(-2)
     starts = same.all(-1) & (log_copy > -torch.inf)  # (..., L): w_j starts with the prefix
     following = window_spellings.gather(-1, k.unsqueeze(-1).expand(*window_spellings.shape[:-1], 1).clamp(max=K - 1))
-    following = following.squeeze(-1).clamp(min=0)  # (..., L): w_j's symbol after the prefix
-    symbols = torch.arange(SPELL_SYMBOLS, device=prefix.device).unsqueeze(-1)
-    to_symbol = starts.unsqueeze(-2) & (following.unsqueeze(-2) == symbols)  # (..., SPELL_SYMBOLS, L)
-    copied = _logsumexp_where(log_copy.unsqueeze(-2).expand_as(to_symbol), to_symbol)
+    # each candidate's mass to its symbol after the prefix (the others to a spare column), summed per symbol in log
+    # space by scatter, shifted by the symbol's largest term so that none underflows: (..., L) work, not (..., S, L)
+    column = torch.where(starts, following.squeeze(-1).clamp(min=0), SPELL_SYMBOLS)  # (..., L)
+    top = log_copy.new_full((*log_copy.shape[:-1], SPELL_SYMBOLS + 1), -torch.inf)
+    top = top.scatter_reduce(-1, column, log_copy.detach(), "amax", include_self=False)  # a constant of the sum
+    terms = torch.exp(torch.where(starts, log_copy - top.gather(-1, column), -torch.inf))
+    mass = torch.zeros_like(top).scatter_add(-1, column, terms)
+    copied = (_safe_log(mass) + top)[..., :SPELL_SYMBOLS]
     spelled = (log_new + log_spell_prefix).unsqueeze(-1) + log_spell_next
     # -inf on both sides (the speller's first `</w>`, no copy) is -inf, with a zero gradient rather than NaN
     neither = (copied == -torch.inf) & (spelled == -torch.inf)
