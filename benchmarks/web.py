@@ -136,6 +136,47 @@ def speed(pages: dict, python: dict, prompts, words: int, rounds: int) -> dict:
     return out
 
 
+def word_step_alone(pages: dict, python: dict, prompt: str, n: int = 300) -> dict:
+    """ms of the word step's graph alone (one vocabulary word after `prompt`, the same feed `n` times after a warm-up),
+    in each page (`session.run`) and in onnx_generate.py (`InferenceSession.run`): how much of a word's time the
+    graph takes, the rest being each runner's own bookkeeping."""
+    import numpy as np
+    from onnx_generate import OnnxPointerSentinel
+
+    out = {}
+    for folder in FOLDERS:
+        name = Path(folder).name
+        lm = OnnxPointerSentinel(python[name], int8=True, threads=1)
+        ids, _ = lm.encode(prompt)
+        state = lm.prefill(ids)[1][0]
+        steps, word = lm.spelled, next(i for i in reversed(ids) if i < lm.vocab_size)
+        feed = {k: state[k] for k in steps.word_in if k in state} | {
+            "input_ids": np.array([word]), "spelling": np.full((1, steps.K), -1, np.int64)}  # fmt: skip
+        for _ in range(50):
+            steps.word.run(None, feed)
+        start = time.perf_counter()
+        for _ in range(n):
+            steps.word.run(None, feed)
+        out[name] = {"python_ms": (time.perf_counter() - start) / n * 1000}
+        for label, page in pages.items():
+            out[name][label] = page.evaluate(
+                """async ([name, prompt, word, n]) => {
+                    const m = await window.pointerPage.getModel(name, "int8"), row = m.empty();
+                    for (const t of m.tokenizer.encode(prompt)) await m.step(t, row);
+                    const feed = { input_ids: m.ids([word]),
+                                   spelling: new m.ort.Tensor("int64", new BigInt64Array(m.K).fill(-1n), [1, m.K]) };
+                    if (m.word.inputNames.includes("held_slots")) feed.held_slots = m.spelledSlots(row, word);
+                    for (const k of m.word.inputNames) if (!(k in feed)) feed[k] = row.tensors[k];
+                    for (let i = 0; i < 50; i++) await m.word.run(feed);
+                    const start = performance.now();
+                    for (let i = 0; i < n; i++) await m.word.run(feed);
+                    return (performance.now() - start) / n;
+                }""",
+                [name, prompt, word, n],
+            )
+    return out
+
+
 def first_word(chromium, url: str, rounds: int) -> dict:
     """ms from navigation to the page's first word: a fresh profile (cold), a reload at once when the service worker
     holds the site (`at_once`: the browser has not yet stored the runtime's compiled wasm, which it does a few seconds
@@ -206,6 +247,16 @@ def markdown(r: dict, command: str) -> str:
     lines += ["", "onnx_generate.py runs export_onnx.py's dynamic int8 graphs (int8 products, activations quantized at "
               "each call: its fastest on x86); the page runs export_web.py's (int8 weights, float32 products: its "
               "fastest in wasm), so greedy tokens part at near ties.", "",
+              "The word step's graph alone (one vocabulary word after the first prompt, the same feed 300 times after "
+              "50), against each runner's whole time a word (the medians above):", "",
+              "| model | runner | word step alone (ms) | a word in all (ms) |", "|---|---|---:|---:|"]  # fmt: skip
+    for name, w in r["word_step"].items():
+        s = r["speed"][name]
+        python = 1000 / s["onnx_generate_words_per_s"]
+        lines.append(f"| {name} | onnx_generate.py | {w['python_ms']:.3f} | {python:.3f} |")
+        for label, page in s["pages"].items():
+            lines.append(f"| {name} | {label} | {w[label]:.3f} | {1000 / page['words_per_s']:.3f} |")
+    lines += ["",
               "## First word (the page's own prompt, PTB, int8, from navigation, median of "
               f"{r['first_word'][labels[0]]['rounds']})", "",
               "| page | cold (fresh profile) | reload at once | cached (reload 4 s later) |",
@@ -295,6 +346,7 @@ def main():
                 print(json.dumps(result), flush=True)
                 result["speed"] = speed(pages, python, PROMPTS, 50, args.rounds)
                 print(json.dumps(result["speed"]), flush=True)
+                result["word_step"] = word_step_alone(pages, python, PROMPTS[0])
                 result["first_word"] = {label: first_word(chromium, urls[label], args.rounds) for label in sites}
                 screenshot(pages["page"], PROMPTS[0], args.screenshot)
                 result["chromium"] = chromium.version

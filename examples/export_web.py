@@ -11,8 +11,9 @@ the float32 graphs, which the page's picker offers too). The int8 graphs hold in
 into float32 matrices when it loads them (export_onnx's `quantize_weights`: ONNX Runtime Web's float32 products are
 faster than its int8 ones), where export_onnx.py's --int8 quantizes the products for the CPU (`quantize`). The
 graphs are made for the page (`page_graph`): one row, the products that read the same state joined, the byte step's
-window of any length (the page passes the slots that hold a word to copy) and its log p the 258 symbols, and the
-word step's window ring left to the page, which moves it (web/src/runner.js). The word step also gives the pointer's
+window of any length (the page passes the slots that hold a word to copy) and its log p the 258 symbols, the word
+step's first-byte mixture over the ring slots the page gives it (`held_slots`: those that hold spelled words), and
+the word step's window ring left to the page, which moves it (web/src/runner.js). The word step also gives the pointer's
 attention over its window and the gate g (export_onnx's `inspect`), so the page shows the same views as
 examples/app.py. Beside them: tokenizer.json.gz and tokenizer_config.json (the page's tokenizer, web/src/tokenizer.js,
 reads their text rules), start.json (the state before the first token); the folder's card figures
@@ -217,7 +218,7 @@ def export_model(folder: Path, out: Path, fp32: bool) -> dict:
         if (folder / name).is_file():
             shutil.copy(folder / name, out / name)
     fp32_word = out / "decode_step.onnx"
-    export_onnx.export(model, fp32_word, inspect=True, window=True)  # the page passes the byte step's held slots
+    export_onnx.export(model, fp32_word, inspect=True, window=True)  # the page passes both steps' held slots
     int8_word = out / "decode_step.int8.onnx"
     export_onnx.quantize_weights(fp32_word, int8_word)  # int8 weights, float32 products (faster in wasm)
     export_onnx.quantize_weights(export_onnx.spell_path(fp32_word), export_onnx.spell_path(int8_word))
