@@ -5098,8 +5098,8 @@ MUTS += [  # add_tokens, then resize_token_embeddings(len(tokenizer)), on every 
     (
         "resize: the spelled decode step reads token ids as the model's",
         M,
-        "        if self.config.added_tokens:\n            token = int(model_ids(",
-        "        if False:\n            token = int(model_ids(",
+        "        if self.config.added_tokens:\n            token = int(model_ids(torch.tensor(token), self.config))\n        return",
+        "        if False:\n            token = int(model_ids(torch.tensor(token), self.config))\n        return",
         [f"{RS}::test_the_pointer_copies_a_new_token_in_generate_on_every_decode_path"],
     ),
     (
@@ -5551,6 +5551,40 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "    copied = (_safe_log(mass) + top)[..., :SPELL_SYMBOLS]",
         "    copied = (_safe_log(mass) + top)[..., 1:]",
         ["tests/test_speller.py::test_spelled_mixture_is_the_definition_candidate_by_candidate"],
+    ),
+    (
+        "export: the steps traced with autograd on (training's form of the mixture)",
+        "examples/export_onnx.py",
+        "        with torch.no_grad():  # the decoding paths (`pointer_mixture`'s scatter form), not training's",
+        "        with torch.enable_grad():",
+        [f"{WEB}::test_the_page_graphs_are_the_steps_made_lighter"],
+    ),
+    (
+        "lazy greedy: the words decide alone, whatever the unseen word's mass",
+        GEN,
+        "                    if bool(words.amax(-1) > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):",
+        "                    if True:",
+        [
+            "tests/test_spelled_forward.py::test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes"
+        ],
+    ),
+    (
+        "lazy greedy: the last word step's copies never reach the cache",
+        GEN,
+        "            self._finish_word_step(weights, state, spell, pending)\n",
+        "            pass\n",
+        [
+            "tests/test_spelled_forward.py::test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes"
+        ],
+    ),
+    (
+        "lazy greedy: sampling reads the words alone too",
+        GEN,
+        "        lazy = (spelled and not generation_config.do_sample and scores is None and raw_logits is None",
+        "        lazy = (spelled and scores is None and raw_logits is None",
+        [
+            "tests/test_spelled_forward.py::test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_as_forward_does"
+        ],
     ),
 ]
 

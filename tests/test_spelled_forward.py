@@ -209,6 +209,49 @@ def test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_a
     torch.testing.assert_close(after, whole[:, -rest.shape[1] :], atol=1e-9, rtol=0)
 
 
+@pytest.mark.parametrize("variant", VARIANTS[:4])
+def test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes(variant):
+    """Greedy whose scores nothing keeps starts a word step's speller only when the best word's log p is not above
+    the unseen word's whole mass: the same tokens as the forward at every token, with `<unk>`'s share, one word's and
+    the pointer's from small to dominant (words, spelled words and copies of them all written), a mask on a word
+    (`suppress_tokens`), both kinds of word step seen (the speller skipped, and started); and the cache it leaves
+    continues as the whole forward, also with a spelled word in place of its last word."""
+    finished, word_steps = [], []
+    for bias, word_bias, sentinel in ((3.0, 0.0, None), (2.0, 1.0, 0.5), (0.0, 3.0, 0.25), (-4.0, 6.0, 3.0)):
+        m = eager_model(**variant)
+        with torch.no_grad():
+            head = m.lm_head.head_bias if m.config.adaptive_softmax_cutoffs else m.lm_head.bias
+            head[UNK], head[6] = bias, word_bias
+            if m.pointer is not None and sentinel is not None:  # q^T s against q^T h_i: the copies' share lowered
+                m.pointer.query.weight.zero_()
+                m.pointer.query.bias.fill_(1.0)
+                m.pointer.sentinel.fill_(sentinel)
+            m.speller.out.bias[256] = 3.5  # words of a few bytes
+        finish, step = m._finish_word_step, m._spelled_step
+        m._finish_word_step = lambda *a, f=finish: finished.append(1) or f(*a)
+        m._spelled_step = lambda w, s, sp, t, lazy=False, f=step: word_steps.append(lazy) or f(w, s, sp, t, lazy)
+        prompt = text(5, "Zor", 7, "Émile", 2, "Zor")
+        for n in (40, 2):  # 2: the window still holds the prompt's spelled words when generate stops
+            kw = dict(
+                max_new_tokens=n, min_new_tokens=n, pad_token_id=0, suppress_tokens=[4], return_dict_in_generate=True
+            )
+            runs = {step: m.generate(prompt, decode_step=step, **kw) for step in ("fast", "forward")}
+            fast, slow = runs["fast"].sequences, runs["forward"].sequences
+            assert fast.tolist() == slow.tolist(), (bias, word_bias, sentinel, n)
+            # The cache holds every token but the last; it goes on with that token, or with a spelled word in its
+            # place if the last was a word (whose bytes read the last word step's copies, which the cache holds).
+            with torch.no_grad():
+                if m(fast, past_key_values=PointerSentinelCache()).past_key_values.spelled_rows.rows[0].word:
+                    rest = torch.cat([fast[:, -1:], torch.tensor([[END]]), text(3)], 1)  # inside a word: close it
+                else:
+                    rest = text("Zor", 4)
+                after = m(rest, past_key_values=runs["fast"].past_key_values).logits
+                whole = m(torch.cat([fast[:, :-1], rest], 1)).logits[:, -rest.shape[1] :]
+            torch.testing.assert_close(after, whole, atol=1e-9, rtol=0)
+    lazy = sum(word_steps)
+    assert 0 < len(finished) < lazy, (len(finished), lazy, word_steps)
+
+
 @pytest.mark.parametrize("kind", ["greedy", "sample", "beam"])
 def test_generate_writes_spelled_words_with_the_models_own_scores(kind):
     """Greedy, sampling and beam search write bytes and `</w>` (never an unclosed word before a vocabulary word), and

@@ -394,8 +394,9 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
     """export_web.py's forms of the steps (export_web.page_graph): one row; the int8 matrices are int8 with a
     DequantizeLinear (folded to float32 at load) and no dynamic quantization; the last hidden state feeds one Gemm
     (export_onnx.fuse_shared_gemms); no bool cast to a number for any/all (export_onnx.bool_reductions); the word step
-    gives no window ring back (the page moves it) and reads the slots it is given (`held_slots`, of any number); the
-    byte step's window has a dynamic length and its log p is the 258 symbol columns."""
+    gives no window ring back (the page moves it), reads the slots it is given (`held_slots`, of any number) and
+    holds the mixture's decoding form; the byte step's window has a dynamic length and its log p is the 258 symbol
+    columns."""
     from onnx import TensorProto
 
     sys.path.insert(0, str(ROOT / "examples"))
@@ -421,6 +422,8 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
     assert window[1].dim_param and not window[1].dim_value, window
     held = next(v for v in word.graph.input if v.name == "held_slots").type.tensor_type.shape.dim
     assert len(held) == 1 and held[0].dim_param and not held[0].dim_value, held
+    # traced without autograd: the mixture's decoding form, not training's (whose first-copy mask is a Trilu)
+    assert "Trilu" not in {n.op_type for n in word.graph.node}
     log_p = next(v for v in byte.graph.output if v.name == "log_probs").type.tensor_type.shape.dim
     assert log_p[-1].dim_value == export_web.SPELL_SYMBOLS
 

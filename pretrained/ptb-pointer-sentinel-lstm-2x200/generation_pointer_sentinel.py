@@ -180,6 +180,13 @@ class _TokenMask(LogitsProcessor):
         return scores if self.ids.numel() == 0 else scores.index_fill_(-1, self.ids, -torch.inf)
 
 
+LAZY_MARGIN = 1e-3  # nats: above the rounding of a byte's log p, so a word that clears it beats every byte
+
+
+def _unchanged(input_ids, scores):
+    return scores
+
+
 def _mask_once(processors):
     """The decode loop's processors as one callable: the fixed-mask ones replaced by `_TokenMask`, every other one as
     given, called in turn. `LogitsProcessorList` reads each processor's signature at every call (0.1 ms a step)
@@ -202,6 +209,7 @@ def _mask_once(processors):
             scores = p(input_ids, scores)
         return scores
 
+    call.masks_only = all(isinstance(p, _TokenMask) for p in out)  # they can only lower a score
     return call
 
 
@@ -350,6 +358,15 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         keep = generation_config.return_dict_in_generate
         scores = () if keep and generation_config.output_scores else None
         raw_logits = () if keep and generation_config.output_logits else None
+        # Greedy whose scores only argmax and masks read: a word step's speller is started only when a first byte
+        # could win. No byte can beat the best word when that word's log p is above the unseen word's whole mass (a
+        # byte's share of it; a mask only lowers it), so the words decide alone: the same tokens, the speller's
+        # products skipped at most word steps.
+        lazy = (spelled and not generation_config.do_sample and scores is None and raw_logits is None
+                and later.masks_only and not self.config.added_tokens)  # fmt: skip
+        pending, V, width = None, self.config.vocab_size, logits.shape[-1]
+        if lazy:
+            first, after, end = self._spelling_ids()
         B, n = input_ids.shape
         unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
         one_row = B == 1 and stop.usual  # a single row's stop is a Python test on its token
@@ -377,7 +394,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             n += 1
             input_ids = buffer.narrow(1, 0, n)
             if one_row:  # reads the token to the host once, as any() below would
-                done = stop.one(n, tokens.item())
+                last = tokens.item()
+                done = stop.one(n, last)
             else:
                 unfinished &= ~stop(input_ids, scores)
                 done = not unfinished.any()
@@ -387,9 +405,17 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 break
             steps += 1
             if spelled:  # the whole mixture, as forward's logits are
-                logits = self._spelled_step(weights, state, spell, int(tokens[0])).float()
+                token = last if one_row else int(tokens[0])
+                word_step = lazy and not (first <= token < after and token != end)  # a word, or `</w>`
+                log_p = self._spelled_step(weights, state, spell, token, word_step)
+                logits, processors, pending = log_p.float(), later, None
+                if word_step:  # the words' log p, the bytes -inf; the slots' total bounds every byte
+                    words = later(input_ids, F.pad(logits[:, :V], (0, width - V), value=-torch.inf))
+                    if bool(words.amax(-1) > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):
+                        step_scores, processors, pending = words, _unchanged, log_p
+                        continue
+                    logits = self._finish_word_step(weights, state, spell, log_p).float()
                 step_scores = logits.clone() if raw_logits is not None else logits
-                processors = later
                 continue
             log_p, vocab = self._decode_step(weights, state, tokens, mix, compiled)  # generate runs under no_grad
             if mix and stash.suppress_new_slot:
@@ -399,6 +425,8 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             step_scores = log_p.float() if mix else logits.clone() if raw_logits is not None else logits
             processors = later
         write_back(state, cache, steps)
+        if pending is not None:  # the anchor the cache keeps needs the last word step's copies
+            self._finish_word_step(weights, state, spell, pending)
         if spelled:
             self._spell_write_back(state, spell, cache)
         if streamer is not None:

@@ -1525,10 +1525,20 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             state = state._replace(attention=state.keys.new_zeros(state.ids.shape, dtype=torch.float32))
         return state, spell_state(self, self._packed_weights(), cache)
 
-    def _spelled_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", token: int):
+    def _spelled_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", token: int,
+                      lazy: bool = False):  # fmt: skip
         if self.config.added_tokens:
             token = int(model_ids(torch.tensor(token), self.config))
-        return id_order(spelled_decode_step(self, weights, state, spell, token), self.config)
+        return id_order(spelled_decode_step(self, weights, state, spell, token, lazy), self.config)
+
+    def _spelling_ids(self) -> tuple[int, int, int]:
+        """The spelling symbols' ids as generate reads them, without added tokens: from the first byte's to the last
+        symbol's + 1, and `</w>`'s (the one that ends a word: a word step, as a word is)."""
+        V = self.config.num_words
+        return V, V + SPELL_SYMBOLS, V + SPELL_END
+
+    def _finish_word_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", log_p):
+        return id_order(finish_word_step(self, weights, state, spell, log_p), self.config)
 
     def _spell_write_back(self, state: DecodeState, spell: "SpellState", cache):
         spell_write_back(state, spell, cache)
@@ -1561,6 +1571,7 @@ class PackedWeights(NamedTuple):
     adaptive: PackedAdaptiveSoftmax | None  # the adaptive softmax's matrices, input first only
     input_first: bool  # the matrices above transposed, (in, out)
     speller: tuple | None = None  # init_state, [W_ih | W_hh], output layer (W, b); a word's first step's constants
+    sizes: tuple[int, int, int] = (0, 0, 0)  # V + added tokens, oov_slots, L: read once (each config read costs µs)
 
 
 def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) -> PackedWeights:
@@ -1597,8 +1608,9 @@ def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) ->
                    (F.linear(sp.embed_bytes.weight[SPELL_END], lstm_s.weight_ih_l0, lstm_s.bias_ih_l0).detach()
                     + lstm_s.bias_hh_l0.detach(), sp.out.bias.detach().index_fill(0, torch.arange(SPELL_END,
                     SPELL_SYMBOLS, device=sp.out.bias.device), -torch.inf)))  # fmt: skip
+    cfg = model.config
     return PackedWeights(model.model.embed_tokens.weight, lstm, query, oov_query, oov_context, output, packed,
-                         input_first, speller)  # fmt: skip
+                         input_first, speller, (cfg.num_words, cfg.oov_slots, cfg.pointer_window))  # fmt: skip
 
 
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
@@ -1706,14 +1718,15 @@ def spell_state(model, w: "PackedWeights", cache: PointerSentinelCache) -> Spell
                       anchor.log_new.clone(), h, c, prefix, log_prefix, log_next)  # fmt: skip
 
 
-def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, token: int) -> torch.Tensor:
+def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, token: int,
+                        lazy: bool = False) -> torch.Tensor:  # fmt: skip
     """One token of one row -> log p over the V + SPELL_SYMBOLS ids, forward's arithmetic at T = 1: a byte moves the
     speller alone; a word (a vocabulary id, or `</w>` read as its slot, as `read_spelled` reads it) is a word step
     (`decode_step`), whose window's spelled words can then be copied and whose h_t starts the speller again. The row's
     bookkeeping (its word in progress, its slots) is here; the arithmetic is `spelled_byte_step` and
-    `spelled_word_step`, which examples/export_onnx.py exports as they are."""
-    cfg, K = model.config, COPIED_SYMBOLS
-    V, n, L = cfg.num_words, cfg.oov_slots, cfg.pointer_window
+    `spelled_word_step`, which examples/export_onnx.py exports as they are. With `lazy` a word step stops at its log p
+    over the words and slots (`spelled_word_step`'s), which `finish_word_step` completes."""
+    (V, n, L), K = w.sizes, COPIED_SYMBOLS
     row, s, device = spell.rows.rows[0], token - V, spell.prefix.device
     if 0 <= s < SPELL_SYMBOLS and s != SPELL_END:  # inside a word
         if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
@@ -1732,7 +1745,7 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
     kept = spelling if spelling is None or len(spelling) <= K else ()
     row.window = [*row.window, kept][-L:]
     ids = torch.full((1,), token, dtype=torch.long, device=device)
-    return spelled_word_step(model, w, state, spell, ids, spelling_tensor([kept], K, device))
+    return spelled_word_step(model, w, state, spell, ids, spelling_tensor([kept], K, device), lazy=lazy)
 
 
 def spelled_byte_step(model, w: "PackedWeights", spell: SpellState, symbol: torch.Tensor, few: bool = True):
@@ -1749,24 +1762,35 @@ def spelled_byte_step(model, w: "PackedWeights", spell: SpellState, symbol: torc
 
 
 def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, ids: torch.Tensor,
-                      kept: torch.Tensor, few: bool | torch.Tensor = True) -> torch.Tensor:  # fmt: skip
+                      kept: torch.Tensor, few: bool | torch.Tensor = True, lazy: bool = False):  # fmt: skip
     """A word step, ids (B,) (a vocabulary id, or a spelled word's slot V + k) and kept (B, K) (its spelling, bytes
-    then SPELL_END padded with -1; all -1 for a vocabulary word or one too long to copy): `decode_step`, then the
-    copies of the window's spelled words (`window_copies`) and the speller started from h_t, all in `spell` in place
-    (the spellings in the ring order of `state`) -> log p (B, V + SPELL_SYMBOLS). `state.attention` must be given
-    with the pointer (`_spell_state`)."""
-    V = model.config.num_words
+    then SPELL_END padded with -1; all -1 for a vocabulary word or one too long to copy): `decode_step`, then
+    `finish_word_step` -> log p (B, V + SPELL_SYMBOLS). `state.attention` must be given with the pointer
+    (`_spell_state`). With `lazy`, the step's log p over the words and the slots (B, V + oov_slots) alone, up to a
+    constant of the row (not yet renormalised): the slots' total is the unseen word's whole mass, which bounds every
+    first byte's (generate's greedy, `_sample`)."""
     if state.keys is not None:  # the ring slot this word's key goes to
         spell.spellings.index_copy_(1, state.slot.view(1), kept.unsqueeze(1))
     if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it: one empty slot
         vocab, _ = decode_step(model, w, state, ids, mix=False)  # (ONNX Runtime's reductions over no slot give NaN)
         places = Placeholders.of(model.config)._replace(used=state.used, unk_count=state.unk_count)
         nothing = vocab.new_zeros(vocab.shape[0], 1)
-        log_p = pointer_mixture(vocab, nothing[:, 0], nothing - torch.inf, nothing.long(), places).log_softmax(-1)
+        log_p = pointer_mixture(vocab, nothing[:, 0], nothing - torch.inf, nothing.long(), places)
+    else:
+        log_p = decode_step(model, w, state, ids, mix=True)[0]
+    return log_p if lazy else finish_word_step(model, w, state, spell, log_p, few)
+
+
+def finish_word_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, log_p: torch.Tensor,
+                     few: bool | torch.Tensor = True) -> torch.Tensor:  # fmt: skip
+    """A word step from its log p over the words and slots (B, V + oov_slots) on, renormalised as forward's logits
+    are: the copies of the window's spelled words (`window_copies`) and the speller started from h_t, all in `spell`
+    in place (the spellings in the ring order of `state`) -> log p (B, V + SPELL_SYMBOLS)."""
+    V, log_p = model.config.num_words, log_p.log_softmax(-1)
+    if model.pointer is None:
         spell.log_copy.fill_(-torch.inf)  # nothing to copy: every slot's mass is the new word's
         spell.log_new.copy_(log_p[:, V:].logsumexp(-1))
     else:
-        log_p = decode_step(model, w, state, ids, mix=True)[0].log_softmax(-1)
         copyable = in_window(state.attention) & (state.ids >= V) & (spell.spellings[..., 0] >= 0)
         log_copy, log_new = window_copies(log_p[:, V:], state.ids - V, copyable)
         spell.log_copy.copy_(log_copy)
@@ -1776,7 +1800,7 @@ def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: Spel
     spell.cell.copy_(c)
     spell.prefix.fill_(-1)
     spell.log_prefix.zero_()
-    start = torch.full_like(ids, SPELL_END)
+    start = torch.full(log_p.shape[:1], SPELL_END, dtype=torch.long, device=log_p.device)
     spell.log_next.copy_(speller_step(model, w, start, spell.hidden, spell.cell, first=True))
     symbols = _spelled_symbols(spell, few)
     return torch.cat([log_p[:, :V].to(symbols.dtype), symbols], -1)
