@@ -156,17 +156,21 @@ def choose_prompts(n_words: int, prompts: int, prompt_words: int, words: int) ->
 # ---- generating and scoring -----------------------------------------------------------------------------------------
 
 
-def word_ends(ids: list[int], vocab_size: int, end: int) -> list[int]:
-    """The index of the id that ends each whole word of `ids`: a vocabulary id, or a spelled word's `</w>` (id
-    `end`); bytes and `<+w>` (a long word going on) end none."""
-    return [i for i, t in enumerate(ids) if t < vocab_size or t == end]
+def word_ends(ids: list[int], vocab_size: int) -> list[int]:
+    """The index of the id that ends each whole word of `ids` (`spelling.word_ends`: a vocabulary id, a spelled word's
+    `</w>` or an added token; bytes and `<+w>`, a long word going on, end none)."""
+    import numpy as np
+
+    from modeling_pointer_sentinel.spelling import word_ends as ends
+
+    return np.flatnonzero(ends(np.asarray(ids, dtype=np.int64), vocab_size)).tolist()
 
 
-def words_of(tok, ids: list[int], vocab_size: int, end: int) -> list[str]:
+def words_of(tok, ids: list[int], vocab_size: int) -> list[str]:
     """The words of `ids`, each as its text: a vocabulary word as its token (`<eos>` too), a spelled word as what its
     bytes spell (a spelled word is one word however many ids it takes). Ids after the last whole word are left out."""
     out, start = [], 0
-    for e in word_ends(ids, vocab_size, end):
+    for e in word_ends(ids, vocab_size):
         piece = ids[start : e + 1]
         if len(piece) == 1 and piece[0] < vocab_size:
             out.append(tok.convert_ids_to_tokens(piece[0]))
@@ -179,14 +183,15 @@ def words_of(tok, ids: list[int], vocab_size: int, end: int) -> list[str]:
 class WordsDone:
     """A stopping criterion: stop a row once its new ids hold `words` whole words (a spelled word's bytes are one)."""
 
-    def __init__(self, prompt_length: int, words: int, vocab_size: int, end: int):
-        self.start, self.words, self.vocab_size, self.end = prompt_length, words, vocab_size, end
+    def __init__(self, prompt_length: int, words: int, vocab_size: int):
+        self.start, self.words, self.vocab_size = prompt_length, words, vocab_size
 
     def __call__(self, input_ids, scores, **kwargs):
         import torch
 
-        new = input_ids[:, self.start :]
-        done = ((new < self.vocab_size) | (new == self.end)).sum(-1) >= self.words
+        from modeling_pointer_sentinel.spelling import word_ends as ends
+
+        done = ends(input_ids[:, self.start :], self.vocab_size).sum(-1) >= self.words
         return done.to(torch.bool)
 
 
@@ -199,13 +204,13 @@ def token_log_probs(model, ids: list[int]):
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
 
 
-def per_word_log_p(model, ids: list[int], start: int, vocab_size: int, end: int) -> list[float]:
+def per_word_log_p(model, ids: list[int], start: int, vocab_size: int) -> list[float]:
     """Each whole word's log p (its ids' log p summed) of ids[start:], read after ids[:start]."""
     lp = token_log_probs(model, ids).tolist()  # lp[i] is ids[i + 1]'s
-    out, acc = [], 0.0
+    out, acc, ends = [], 0.0, set(word_ends(ids, vocab_size))
     for i in range(start, len(ids)):
         acc += lp[i - 1]
-        if ids[i] < vocab_size or ids[i] == end:
+        if i in ends:
             out.append(acc)
             acc = 0.0
     return out
@@ -235,31 +240,29 @@ def continue_words(model, ids: list[int], setting: dict, words: int, seed: int) 
             input_ids=torch.tensor([ids]),
             attention_mask=torch.ones(1, len(ids), dtype=torch.long),
             max_new_tokens=words * 70,  # a spelled word is at most 64 bytes and its end: the words stop it first
-            stopping_criteria=[WordsDone(len(ids), words, V, V + 256)],
+            stopping_criteria=[WordsDone(len(ids), words, V)],
             **kwargs,
         )[0].tolist()
 
 
 def run_setting(model, tok, prompts, setting: dict, words: int, seed: int, bar) -> list[dict]:
     """One folder, one setting: per prompt its continuation's words, repeated-4-gram share and per-word log p."""
-    cfg = model.config
-    V, end = cfg.vocab_size, cfg.vocab_size + 256  # `</w>` follows the 256 byte ids
-    out = []
+    V, out = model.config.vocab_size, []
     for i, (ids, _) in enumerate(prompts):
         seq = continue_words(model, ids, setting, words, seed + i)
         new = seq[len(ids) :]
-        text = words_of(tok, new, V, end)
-        lp = per_word_log_p(model, seq, len(ids), V, end)
-        spelled = sum(len(p) > 1 for p in _pieces(new, V, end))
+        text = words_of(tok, new, V)
+        lp = per_word_log_p(model, seq, len(ids), V)
+        spelled = sum(len(p) > 1 for p in _pieces(new, V))
         out.append({"prompt": i, "words": text, "repeated_4gram_share": repeated_ngram_share(text),
                     "mean_log_p": statistics.fmean(lp), "spelled_words": spelled, "ids": len(new)})  # fmt: skip
         bar.update(1)
     return out
 
 
-def _pieces(ids, V, end):
+def _pieces(ids, V):
     pieces, start = [], 0
-    for e in word_ends(ids, V, end):
+    for e in word_ends(ids, V):
         pieces.append(ids[start : e + 1])
         start = e + 1
     return pieces
@@ -267,12 +270,10 @@ def _pieces(ids, V, end):
 
 def human_rows(model, tok, prompts, bar) -> list[dict]:
     """The human continuation of each prompt, measured and scored as the models' are."""
-    cfg = model.config
-    V, end = cfg.vocab_size, cfg.vocab_size + 256
-    out = []
+    V, out = model.config.vocab_size, []
     for i, (ids, human) in enumerate(prompts):
         tok_ids = prompt_ids(tok, human)[1:]  # no <eos> before: it continues the prompt
-        lp = per_word_log_p(model, ids + tok_ids, len(ids), V, end)
+        lp = per_word_log_p(model, ids + tok_ids, len(ids), V)
         # the corpus's `<unk>`s in place of spelled words: where the text had a word the vocabulary lacks
         out.append({"prompt": i, "words": human, "repeated_4gram_share": repeated_ngram_share(human),
                     "mean_log_p": statistics.fmean(lp), "spelled_words": human.count("<unk>"),

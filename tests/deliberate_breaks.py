@@ -4944,15 +4944,15 @@ MUTS += [  # issue 60 parts 5 and 6: the demo under load (benchmarks/load.py), r
     (
         "repetition: a spelled word's bytes count as words",
         "examples/repetition.py",
-        "    return [i for i, t in enumerate(ids) if t < vocab_size or t == end]",
+        "    return np.flatnonzero(ends(np.asarray(ids, dtype=np.int64), vocab_size)).tolist()",
         "    return list(range(len(ids)))",
         ["tests/test_repetition.py::test_a_spelled_word_is_one_word"],
     ),
     (
         "repetition: the stop counts ids, not words",
         "examples/repetition.py",
-        "        done = ((new < self.vocab_size) | (new == self.end)).sum(-1) >= self.words",
-        "        done = torch.full(new.shape[:1], new.shape[-1] >= self.words)",
+        "        done = ends(input_ids[:, self.start :], self.vocab_size).sum(-1) >= self.words",
+        "        done = torch.full(input_ids.shape[:1], input_ids.shape[-1] - self.start >= self.words)",
         ["tests/test_repetition.py::test_a_spelled_word_is_one_word"],
     ),
     (

@@ -77,20 +77,20 @@ def test_a_spelled_word_is_one_word():
     V, end = model.config.vocab_size, model.config.vocab_size + 256
     ids = tok("\nThe Zorbane river met the Zorbane")["input_ids"]
     assert len(ids) > 7
-    assert repetition.words_of(tok, ids, V, end) == ["<eos>", "The", "Zorbane", "river", "met", "the", "Zorbane"]
-    assert repetition.words_of(tok, ids[:-2], V, end) == ["<eos>", "The", "Zorbane", "river", "met", "the"]
+    assert repetition.words_of(tok, ids, V) == ["<eos>", "The", "Zorbane", "river", "met", "the", "Zorbane"]
+    assert repetition.words_of(tok, ids[:-2], V) == ["<eos>", "The", "Zorbane", "river", "met", "the"]
     # "Zorbane" as the first new word: its bytes are no word until its `</w>`
     zorbane = tok("\nZorbane")["input_ids"][1:]
     assert len(zorbane) == 8 and zorbane[-1] == end
     for n in range(1, 9):
         row = torch.tensor([ids + zorbane[:n]])
-        assert bool(repetition.WordsDone(len(ids), 1, V, end)(row, None)[0]) == (n == 8)
+        assert bool(repetition.WordsDone(len(ids), 1, V)(row, None)[0]) == (n == 8)
     prompt = torch.tensor([ids])
     for words in (1, 5):
-        stop = [repetition.WordsDone(len(ids), words, V, end)]
+        stop = [repetition.WordsDone(len(ids), words, V)]
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=400, do_sample=False,
                              stopping_criteria=stop)[0, len(ids) :]  # fmt: skip
-        assert len(repetition.words_of(tok, out.tolist(), V, end)) == words
+        assert len(repetition.words_of(tok, out.tolist(), V)) == words
         assert out[-1] < V or out[-1] == end  # it ends on a word's end
 
 
