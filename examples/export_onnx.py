@@ -259,10 +259,11 @@ def export(model, path: Path, inspect: bool = False, window: bool = False):
         if slots is not None and isinstance(graph, SpelledWordGraph):  # held_slots (H,)
             shapes[-1] = {0: torch.export.Dim("held", min=1)}
         shapes = (*[{0: batch}] * lead, tuple(shapes))
+        table = {torch.ops.aten.logaddexp.default: logaddexp}
         with torch.no_grad():  # the decoding paths (`pointer_mixture`'s scatter form), not training's
             program = torch.onnx.export(graph.eval(), args, dynamo=True, input_names=inputs, output_names=outputs,
                                         dynamic_shapes=shapes, optimize=True, verbose=False,
-                                        custom_translation_table={torch.ops.aten.logaddexp.default: logaddexp})  # fmt: skip
+                                        custom_translation_table=table)  # fmt: skip
         program.save(str(file))
         bool_reductions(file)
     if model.config.speller_size:  # the state before the first token, for the runner (which has no PyTorch)
