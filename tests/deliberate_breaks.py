@@ -4393,8 +4393,8 @@ MUTS += [  # issue part 3, one line, not a traceback: bad input past the command
     (
         "onnx spelled: the exporter's own logaddexp (log(exp(a) + exp(b)), -inf below -87)",
         OX,
-        "                                    custom_translation_table={torch.ops.aten.logaddexp.default: logaddexp})  # fmt: skip",
-        "                                    custom_translation_table={})  # fmt: skip",
+        "        table = {torch.ops.aten.logaddexp.default: logaddexp}\n",
+        "        table = {}\n",
         ["tests/test_onnx_spelled.py::test_runner_from_the_empty_state_scores_long_new_words_as_forward"],
     ),
     (
