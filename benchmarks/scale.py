@@ -28,7 +28,8 @@ enough for 100M targets on one core; its figures mean nothing, its memory is wha
 small_speller`: the same with a speller (32 units; `oov_slots` 32 and the pointer's head for spelled words) and a
 1,000-word vocabulary, so that the text spells the words outside it (30% of WikiText-2's) and evaluate.py takes its
 spelled path (bits per byte); its targets are the text's ids, spelled words' bytes and `</w>` included. The shipped
-folders' spelled forward is too slow for these sizes (WikiText-2's test split took about an hour).
+folders' spelled forward was too slow for these sizes (WikiText-2's test split took about an hour before the spelled
+mixture by scatter; not measured since).
 
     python benchmarks/scale.py --evaluate pretrained/wt2-pointer-sentinel-lstm-2x200 --targets 1e6 10e6
     python benchmarks/scale.py --evaluate small --targets 1e6 10e6 100e6 --eval_batch_size 100
