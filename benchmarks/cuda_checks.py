@@ -12,7 +12,8 @@
    best weights included, and saves again there.
 5. The speller on CUDA: a shipped folder scores a raw-text prompt whose made-up name is spelled as it does on the
    CPU, cross-entropy of its logits equals its loss there, greedy decoding through the fast step gives forward's
-   tokens while it spells (fp32 and bf16 weights), and sampling coins words.
+   tokens while it spells (fp32 and bf16 weights), sampling coins words, and two runs of the prompt's forward and
+   backward are bit-equal (the spelled mixture sums copies by scatter_add, atomics on CUDA).
 """
 
 import argparse
@@ -173,6 +174,15 @@ def speller_on_cuda(folder: Path, device: str = "cuda") -> str:
                            gpu.generate(ids.to(device), decode_step="forward", **kw))  # fmt: skip
         lines.append(f"- greedy from the prompt, 60 tokens, {str(dtype)[6:]} weights: fast == forward: {same}")
     gpu.float()
+    runs = []  # the spelled mixture sums copies by scatter_add, which CUDA does with atomics: are two runs one?
+    for _ in range(2):
+        out = gpu(ids.to(device), labels=ids.to(device))
+        out.loss.backward()
+        runs.append([out.logits.detach().clone(), *(p.grad.clone() for p in gpu.parameters() if p.grad is not None)])
+        gpu.zero_grad(set_to_none=True)
+    same = all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+    lines.append(f"- the prompt's forward and backward twice (fp32, eval mode): logits and {len(runs[0]) - 1} "
+                 f"gradients bit-equal: {same}")  # fmt: skip
     torch.manual_seed(0)
     rows = gpu.generate(ids.to(device).repeat(8, 1), do_sample=True, top_k=40, max_new_tokens=100)[:, ids.shape[1] :]
     counts = collections.Counter()
