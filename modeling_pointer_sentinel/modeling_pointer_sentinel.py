@@ -1531,11 +1531,9 @@ class PointerSentinelForCausalLM(PointerSentinelPreTrainedModel, PointerSentinel
             token = int(model_ids(torch.tensor(token), self.config))
         return id_order(spelled_decode_step(self, weights, state, spell, token, lazy), self.config)
 
-    def _spelling_ids(self) -> tuple[int, int, int]:
-        """The spelling symbols' ids as generate reads them, without added tokens: from the first byte's to the last
-        symbol's + 1, and `</w>`'s (the one that ends a word: a word step, as a word is)."""
-        V = self.config.num_words
-        return V, V + SPELL_SYMBOLS, V + SPELL_END
+    def _word_step(self, weights: "PackedWeights", token: int) -> bool:
+        """Whether generate's token (without added tokens) is a word step, as `spelled_decode_step` reads it."""
+        return not inside_word(token - weights.sizes[0])
 
     def _finish_word_step(self, weights: "PackedWeights", state: DecodeState, spell: "SpellState", log_p):
         return id_order(finish_word_step(self, weights, state, spell, log_p), self.config)
@@ -1718,6 +1716,12 @@ def spell_state(model, w: "PackedWeights", cache: PointerSentinelCache) -> Spell
                       anchor.log_new.clone(), h, c, prefix, log_prefix, log_next)  # fmt: skip
 
 
+def inside_word(s: int) -> bool:
+    """Whether spelling symbol s (id V + s; any s for other ids) is read inside a word: a byte, or `<+w>`. A word
+    and `</w>` are word steps."""
+    return 0 <= s < SPELL_SYMBOLS and s != SPELL_END
+
+
 def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: SpellState, token: int,
                         lazy: bool = False) -> torch.Tensor:  # fmt: skip
     """One token of one row -> log p over the V + SPELL_SYMBOLS ids, forward's arithmetic at T = 1: a byte moves the
@@ -1728,7 +1732,7 @@ def spelled_decode_step(model, w: "PackedWeights", state: DecodeState, spell: Sp
     over the words and slots (`spelled_word_step`'s), which `finish_word_step` completes."""
     (V, n, L), K = w.sizes, COPIED_SYMBOLS
     row, s, device = spell.rows.rows[0], token - V, spell.prefix.device
-    if 0 <= s < SPELL_SYMBOLS and s != SPELL_END:  # inside a word
+    if inside_word(s):
         if s == SPELL_CONT and (not row.word or row.word[-1] == SPELL_CONT):
             raise ValueError("`<+w>` must follow a spelled byte.")
         row.word.append(s)

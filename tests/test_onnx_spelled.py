@@ -213,15 +213,20 @@ def page_session(path):
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
+def page_runner(m, page_steps, suffix: str = ""):
+    """onnx_generate's runner on the page's steps (`suffix` ".int8": their weight-only int8 forms)."""
+    return onnx_generate.SpelledSteps(page_session(page_steps / f"decode_step{suffix}.onnx"),
+                                      page_session(page_steps / f"spell_step{suffix}.onnx"), m.config.vocab_size,
+                                      m.config.oov_slots, dict(np.load(page_steps / "spell_start.npz")))  # fmt: skip
+
+
 def test_the_byte_step_over_the_held_slots_alone_gives_the_whole_windows_log_p(spelled, page_steps):
     """With `window=True` the byte step takes any number of window slots: given only the slots that hold a word to
     copy (copy mass above -inf; one empty slot when none does), as the page passes them, its log p and speller state
     are the whole window's (to float rounding), at every byte of a text that copies spelled words."""
     m, _, out = spelled
     V = m.config.vocab_size
-    steps = onnx_generate.SpelledSteps(page_session(page_steps / "decode_step.onnx"),
-                                       page_session(page_steps / "spell_step.onnx"), V, m.config.oov_slots,
-                                       dict(np.load(page_steps / "spell_start.npz")))  # fmt: skip
+    steps = page_runner(m, page_steps)
     ids = onnx_generate.OnnxPointerSentinel(out).encode(f"{PROMPTS[0]} was saved by Kelpravia and the Zorbane")[0]
     state, checked, held_any = steps.empty(), 0, False
     for t in ids:
@@ -247,10 +252,8 @@ def test_the_word_step_over_its_spelled_slots_alone_gives_the_whole_windows_log_
     and every output are those of all L slots (to float rounding), at every word of a text that repeats a spelled
     word at once and later."""
     m, _, out = spelled
-    V, L = m.config.vocab_size, m.config.pointer_window
-    steps = onnx_generate.SpelledSteps(page_session(page_steps / "decode_step.onnx"),
-                                       page_session(page_steps / "spell_step.onnx"), V, m.config.oov_slots,
-                                       dict(np.load(page_steps / "spell_start.npz")))  # fmt: skip
+    L = m.config.pointer_window
+    steps = page_runner(m, page_steps)
     assert "held_slots" in steps.word_in
     real = steps.word.run
     text = f"{PROMPTS[0]} Zorbane was saved by Kelpravia and the Zorbane"
@@ -281,7 +284,6 @@ def test_weight_only_int8_stores_int8_and_stays_near_float32(spelled, page_steps
     from onnx import numpy_helper
 
     m, _, out = spelled
-    V = m.config.vocab_size
     for name in ("decode_step.int8.onnx", "spell_step.int8.onnx"):
         graph = onnx.load(str(page_steps / name)).graph
         tables = [numpy_helper.to_array(i) for i in graph.initializer]
@@ -289,10 +291,7 @@ def test_weight_only_int8_stores_int8_and_stays_near_float32(spelled, page_steps
         assert [t for t in tables if t.dtype == np.int8 and t.size >= SMALL], name
         ops = {n.op_type for n in graph.node}
         assert "DequantizeLinear" in ops and not ops & {"DynamicQuantizeLinear", "MatMulInteger"}, name
-    start = dict(np.load(page_steps / "spell_start.npz"))
-    runs = [onnx_generate.SpelledSteps(page_session(page_steps / f"decode_step{s}.onnx"),
-                                       page_session(page_steps / f"spell_step{s}.onnx"), V, m.config.oov_slots, start)
-            for s in ("", ".int8")]  # fmt: skip
+    runs = [page_runner(m, page_steps, s) for s in ("", ".int8")]
     ids = onnx_generate.OnnxPointerSentinel(out).encode(f"{PROMPTS[0]} was saved by Kelpravia and the Zorbane")[0]
     states, worst, same = [r.empty() for r in runs], 0.0, 0
     for t in ids:

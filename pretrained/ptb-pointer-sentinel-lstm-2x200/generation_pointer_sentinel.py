@@ -365,8 +365,6 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         lazy = (spelled and not generation_config.do_sample and scores is None and raw_logits is None
                 and later.masks_only and not self.config.added_tokens)  # fmt: skip
         pending, V, width = None, self.config.vocab_size, logits.shape[-1]
-        if lazy:
-            first, after, end = self._spelling_ids()
         B, n = input_ids.shape
         unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
         one_row = B == 1 and stop.usual  # a single row's stop is a Python test on its token
@@ -406,7 +404,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
             steps += 1
             if spelled:  # the whole mixture, as forward's logits are
                 token = last if one_row else int(tokens[0])
-                word_step = lazy and not (first <= token < after and token != end)  # a word, or `</w>`
+                word_step = lazy and self._word_step(weights, token)
                 log_p = self._spelled_step(weights, state, spell, token, word_step)
                 logits, processors, pending = log_p.float(), later, None
                 if word_step:  # the words' log p, the bytes -inf; the slots' total bounds every byte
