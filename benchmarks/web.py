@@ -163,10 +163,7 @@ def word_step_alone(pages: dict, python: dict, prompt: str, n: int = 300) -> dic
                 """async ([name, prompt, word, n]) => {
                     const m = await window.pointerPage.getModel(name, "int8"), row = m.empty();
                     for (const t of m.tokenizer.encode(prompt)) await m.step(t, row);
-                    const feed = { input_ids: m.ids([word]),
-                                   spelling: new m.ort.Tensor("int64", new BigInt64Array(m.K).fill(-1n), [1, m.K]) };
-                    if (m.word.inputNames.includes("held_slots")) feed.held_slots = m.spelledSlots(row, word);
-                    for (const k of m.word.inputNames) if (!(k in feed)) feed[k] = row.tensors[k];
+                    const feed = m.wordFeed(row, word);
                     for (let i = 0; i < 50; i++) await m.word.run(feed);
                     const start = performance.now();
                     for (let i = 0; i < n; i++) await m.word.run(feed);

@@ -193,6 +193,17 @@ export class Model {
       copy_log_mass: new this.ort.Tensor("float32", copy, [1, H]) } };
   }
 
+  /** The word step's feed for `token` (a vocabulary id, or a spelled word's slot V + k) whose spelling (its bytes
+   * and `</w>`) is `spelling` (empty: a vocabulary word), the rest the row's tensors. */
+  wordFeed(row, token, spelling = []) {
+    const kept = new BigInt64Array(this.K).fill(-1n); // a word too long to copy is spelled, never copied
+    if (spelling.length <= this.K) spelling.forEach((v, i) => (kept[i] = BigInt(v)));
+    const feed = { input_ids: this.ids([token]), spelling: new this.ort.Tensor("int64", kept, [1, this.K]) };
+    if (this.word.inputNames.includes("held_slots")) feed.held_slots = this.spelledSlots(row, token);
+    for (const name of this.word.inputNames) if (!(name in feed)) feed[name] = row.tensors[name];
+    return feed;
+  }
+
   /** One token of the row: log p of the next (Scores: the word step's over all V + 258 ids, the byte step's over
    * the 258 symbols); `row` updated. A word step leaves the pointer's view in `row.moment`. */
   async step(token, row) {
@@ -213,11 +224,8 @@ export class Model {
         words.word = [];
         token = this.V + words.slot(spelling.join(","), this.N);
       } else if (words.word.length) throw new Error("A spelled word must end with `</w>` before the next word.");
-      const kept = new BigInt64Array(this.K).fill(-1n); // a word too long to copy is spelled, never copied
-      if (spelling.length <= this.K) spelling.forEach((v, i) => (kept[i] = BigInt(v)));
       session = this.word;
-      feed = { input_ids: this.ids([token]), spelling: new this.ort.Tensor("int64", kept, [1, this.K]) };
-      if (session.inputNames.includes("held_slots")) feed.held_slots = this.spelledSlots(row, token);
+      feed = this.wordFeed(row, token, spelling);
     }
     for (const name of session.inputNames) if (!(name in feed)) feed[name] = row.tensors[name];
     const out = await session.run(feed);
