@@ -5586,6 +5586,20 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
             "tests/test_spelled_forward.py::test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_as_forward_does"
         ],
     ),
+    (
+        "web speed: the ring written by index_copy_ (its exported graph transposes the ring around a ScatterND)",
+        M,
+        "    return ring.scatter_(1, index, value.unsqueeze(1))",
+        "    return ring.index_copy_(1, slot, value.unsqueeze(1))",
+        [PAGE_GRAPHS],
+    ),
+    (
+        "web speed: the held slots read by [:, held] (exported as transposes around a GatherND)",
+        M,
+        "    return spelled_mixture(spell.log_copy.index_select(1, held), spell.spellings.index_select(1, held), spell.prefix,",
+        "    return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix,",
+        [PAGE_GRAPHS],
+    ),
 ]
 
 

@@ -424,6 +424,12 @@ def test_the_page_graphs_are_the_steps_made_lighter(site):
     assert len(held) == 1 and held[0].dim_param and not held[0].dim_value, held
     # traced without autograd: the mixture's decoding form, not training's (whose first-copy mask is a Trilu)
     assert "Trilu" not in {n.op_type for n in word.graph.node}
+    # the ring written at its slot and the held slots read along L (`ring_write`'s scatter, index_select): no
+    # window-sized tensor transposed around a ScatterND or GatherND at every step; a weight's transpose is folded
+    made = {o: n for n in word.graph.node for o in n.output}
+    moved = [n.name for n in word.graph.node if n.op_type in ("ScatterND", "GatherND") or n.op_type == "Transpose"
+             and getattr(made.get(n.input[0]), "op_type", None) != "DequantizeLinear"]  # fmt: skip
+    assert not moved, moved
     log_p = next(v for v in byte.graph.output if v.name == "log_probs").type.tensor_type.shape.dim
     assert log_p[-1].dim_value == export_web.SPELL_SYMBOLS
 

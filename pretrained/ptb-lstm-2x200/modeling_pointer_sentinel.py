@@ -1611,6 +1611,13 @@ def pack_weights(model: PointerSentinelForCausalLM, input_first: bool = True) ->
                          input_first, speller, (cfg.num_words, cfg.oov_slots, cfg.pointer_window))  # fmt: skip
 
 
+def ring_write(ring: torch.Tensor, slot: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """ring (B, L, ...) at slot (1,) <- value (B, ...), in place. A scatter along L: an exported graph's one
+    ScatterElements, where index_copy_ exports as the whole ring transposed before and after a ScatterND."""
+    index = slot.view(1, *(1,) * value.dim()).expand(value.shape[0], 1, *value.shape[1:])
+    return ring.scatter_(1, index, value.unsqueeze(1))
+
+
 def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, mix: bool):
     """One token per row, ids (B,) -> (log p_mix (B, V + oov_slots), the vocabulary logits (B, V)): forward's
     arithmetic at T = 1 in eval mode, with nothing allocated beyond the step's activations. log p_mix is the
@@ -1637,10 +1644,10 @@ def decode_step(model, w: PackedWeights, state: DecodeState, ids: torch.Tensor, 
         return vocab, vocab
     if state.context is not None:  # c_i of the new key: the key before it, the newest in the ring
         newest = (state.slot - 1).remainder(state.keys.shape[1]).view(1)
-        state.context.index_copy_(1, state.slot, state.keys.index_select(1, newest))
-    state.keys.index_copy_(1, state.slot, x.unsqueeze(1))
-    state.ids.index_copy_(1, state.slot, ids.unsqueeze(1))
-    state.valid.index_fill_(1, state.slot, True)
+        ring_write(state.context, state.slot, state.keys.index_select(1, newest)[:, 0])
+    ring_write(state.keys, state.slot, x)
+    ring_write(state.ids, state.slot, ids)
+    ring_write(state.valid, state.slot, torch.ones_like(ids, dtype=torch.bool))
     state.slot.add_(1).remainder_(state.keys.shape[1])
     if not mix:
         return vocab, vocab
@@ -1774,7 +1781,7 @@ def spelled_word_step(model, w: "PackedWeights", state: DecodeState, spell: Spel
     constant of the row (not yet renormalised): the slots' total is the unseen word's whole mass, which bounds every
     first byte's (generate's greedy, `_sample`)."""
     if state.keys is not None:  # the ring slot this word's key goes to
-        spell.spellings.index_copy_(1, state.slot.view(1), kept.unsqueeze(1))
+        ring_write(spell.spellings, state.slot.view(1), kept)
     if model.pointer is None:  # the new word's split of <unk>'s share alone, as `_report` gives it: one empty slot
         vocab, _ = decode_step(model, w, state, ids, mix=False)  # (ONNX Runtime's reductions over no slot give NaN)
         places = Placeholders.of(model.config)._replace(used=state.used, unk_count=state.unk_count)
@@ -1825,8 +1832,9 @@ def _spelled_symbols(spell: SpellState, few: bool | torch.Tensor = True) -> torc
         held = (spell.log_copy[0] > -torch.inf).nonzero()[:, 0]
         if held.numel() == 0 and spell.prefix[0, 0] < 0:
             return (spell.log_new + spell.log_prefix).unsqueeze(-1) + spell.log_next
-    return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix, spell.log_new,
-                           spell.log_prefix, spell.log_next)  # fmt: skip
+    # index_select: an exported graph's Gather, where [:, held] exports as transposes around a GatherND
+    return spelled_mixture(spell.log_copy.index_select(1, held), spell.spellings.index_select(1, held), spell.prefix,
+                           spell.log_new, spell.log_prefix, spell.log_next)  # fmt: skip
 
 
 def spell_write_back(state: DecodeState, spell: SpellState, cache: PointerSentinelCache):
