@@ -13,6 +13,8 @@ the files a browser downloads; with --baseline, the same for an earlier checkout
   graphs, the word step with the pointer's view as the page's: what onnx_generate.py runs), one thread each, the
   same prompts and token counts; median over prompts and `--rounds`; the pages (this one and the baseline's) and
   Python take turns prompt by prompt, so that a busy machine slows them alike;
+- the word step alone in each runner, and its largest product alone (h_t times the joined matrix of the heads that
+  read it, random weights of its shape): float32 in the page, int8 in ONNX Runtime as onnx_generate.py's graphs;
 - first word: from navigation to the first word of the page's own prompt (`?autorun`), in a fresh browser profile
   (cold: nothing cached), then reloaded at once (the service worker holds the site; the browser has not yet stored
   its compiled wasm), then reloaded again after 4 s (cached: both);
@@ -174,6 +176,69 @@ def word_step_alone(pages: dict, python: dict, prompt: str, n: int = 300) -> dic
     return out
 
 
+def product_alone(pages: dict, site: Path, n: int = 300) -> dict:
+    """ms of the word step's largest product alone (h_t times the joined matrix of the heads that read it, one Gemm:
+    export_onnx.fuse_shared_gemms), on random weights of its shape, one thread: float32 in each page (as the page's
+    graphs compute it) and int8 in ONNX Runtime with activations quantized at each call (as onnx_generate.py's
+    graphs do). The part of a word step no fewer kernels can remove."""
+    import base64
+    import gzip
+
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from export_onnx import quantize
+    from onnx import TensorProto, helper, numpy_helper
+
+    out = {}
+    for folder in FOLDERS:
+        name = Path(folder).name
+        word = site / "models" / name / "decode_step.int8.onnx.gz"
+        graph = onnx.shape_inference.infer_shapes(onnx.load_from_string(gzip.decompress(word.read_bytes()))).graph
+        known = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.value_info}
+        shapes = []
+        for node in (g for g in graph.node if g.op_type == "Gemm" and g.input[1] in known):
+            k, m = known[node.input[1]]
+            shapes.append((m, k) if any(a.name == "transB" and a.i for a in node.attribute) else (k, m))
+        K, N = max(shapes, key=lambda km: km[0] * km[1])
+        weights = np.random.default_rng(0).standard_normal((K, N)).astype(np.float32) * 0.05
+        product = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "product",
+                                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, K])],
+                                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, N])],
+                                    [numpy_helper.from_array(weights, "w")])  # fmt: skip
+        model = helper.make_model(product, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        with tempfile.TemporaryDirectory() as tmp:
+            fp32, int8 = Path(tmp) / "product.onnx", Path(tmp) / "product.int8.onnx"
+            onnx.save(model, str(fp32))
+            quantize(fp32, int8)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1
+            session, x = ort.InferenceSession(str(int8), options), {"x": np.full((1, K), 0.1, np.float32)}
+            for _ in range(50):
+                session.run(None, x)
+            start = time.perf_counter()
+            for _ in range(n):
+                session.run(None, x)
+            out[name] = {"shape": [K, N], "python_int8_ms": (time.perf_counter() - start) / n * 1000}
+            data = base64.b64encode(fp32.read_bytes()).decode()
+        for label, page in pages.items():
+            out[name][label] = page.evaluate(
+                """async ([name, data, K, n]) => {
+                    const m = await window.pointerPage.getModel(name, "int8");
+                    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+                    const { SESSION_OPTIONS } = await import("./runner.js");
+                    const session = await m.ort.InferenceSession.create(bytes, SESSION_OPTIONS);
+                    const feed = { x: new m.ort.Tensor("float32", new Float32Array(K).fill(0.1), [1, K]) };
+                    for (let i = 0; i < 50; i++) await session.run(feed);
+                    const start = performance.now();
+                    for (let i = 0; i < n; i++) await session.run(feed);
+                    return (performance.now() - start) / n;
+                }""",
+                [name, data, K, n],
+            )
+    return out
+
+
 def first_word(chromium, url: str, rounds: int) -> dict:
     """ms from navigation to the page's first word: a fresh profile (cold), a reload at once when the service worker
     holds the site (`at_once`: the browser has not yet stored the runtime's compiled wasm, which it does a few seconds
@@ -253,6 +318,16 @@ def markdown(r: dict, command: str) -> str:
         lines.append(f"| {name} | onnx_generate.py | {w['python_ms']:.3f} | {python:.3f} |")
         for label, page in s["pages"].items():
             lines.append(f"| {name} | {label} | {w[label]:.3f} | {1000 / page['words_per_s']:.3f} |")
+    if "product" in r:
+        lines += ["", "The word step's largest product alone (h_t times the joined matrix of the heads that read it, "
+                  "random weights of its shape, the same input 300 times after 50): onnx_generate.py's int8 "
+                  "(activations quantized at each call) against the page's float32; a part of the word step that "
+                  "fewer kernels would not remove:", "",
+                  "| model | runner | product | alone (ms) |", "|---|---|---|---:|"]  # fmt: skip
+        for name, w in r["product"].items():
+            shape = f"(1, {w['shape'][0]}) × ({w['shape'][0]}, {w['shape'][1]})"
+            lines.append(f"| {name} | onnx_generate.py | {shape} | {w['python_int8_ms']:.3f} |")
+            lines += [f"| {name} | {label} | {shape} | {w[label]:.3f} |" for label in r["speed"][name]["pages"]]
     lines += ["",
               "## First word (the page's own prompt, PTB, int8, from navigation, median of "
               f"{r['first_word'][labels[0]]['rounds']})", "",
@@ -344,6 +419,7 @@ def main():
                 result["speed"] = speed(pages, python, PROMPTS, 50, args.rounds)
                 print(json.dumps(result["speed"]), flush=True)
                 result["word_step"] = word_step_alone(pages, python, PROMPTS[0])
+                result["product"] = product_alone(pages, sites["page"])
                 result["first_word"] = {label: first_word(chromium, urls[label], args.rounds) for label in sites}
                 screenshot(pages["page"], PROMPTS[0], args.screenshot)
                 result["chromium"] = chromium.version
