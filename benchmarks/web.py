@@ -138,10 +138,20 @@ def speed(pages: dict, python: dict, prompts, words: int, rounds: int) -> dict:
     return out
 
 
-def word_step_alone(pages: dict, python: dict, prompt: str, n: int = 300) -> dict:
+def session_ms(session, feed: dict, n: int) -> float:
+    """ms of an ONNX Runtime session's run on `feed`, the mean of `n` after 50."""
+    for _ in range(50):
+        session.run(None, feed)
+    start = time.perf_counter()
+    for _ in range(n):
+        session.run(None, feed)
+    return (time.perf_counter() - start) / n * 1000
+
+
+def word_step_alone(pages: dict, python: dict, prompt: str, rounds: int, n: int = 300) -> dict:
     """ms of the word step's graph alone (one vocabulary word after `prompt`, the same feed `n` times after a warm-up),
-    in each page (`session.run`) and in onnx_generate.py (`InferenceSession.run`): how much of a word's time the
-    graph takes, the rest being each runner's own bookkeeping."""
+    in each page (`session.run`) and in onnx_generate.py (`InferenceSession.run`), the median of `rounds` in which
+    they take turns: how much of a word's time the graph takes, the rest being each runner's own bookkeeping."""
     import numpy as np
     from onnx_generate import OnnxPointerSentinel
 
@@ -154,25 +164,24 @@ def word_step_alone(pages: dict, python: dict, prompt: str, n: int = 300) -> dic
         steps, word = lm.spelled, next(i for i in reversed(ids) if i < lm.vocab_size)
         feed = {k: state[k] for k in steps.word_in if k in state} | {
             "input_ids": np.array([word]), "spelling": np.full((1, steps.K), -1, np.int64)}  # fmt: skip
-        for _ in range(50):
-            steps.word.run(None, feed)
-        start = time.perf_counter()
-        for _ in range(n):
-            steps.word.run(None, feed)
-        out[name] = {"python_ms": (time.perf_counter() - start) / n * 1000}
-        for label, page in pages.items():
-            out[name][label] = page.evaluate(
-                """async ([name, prompt, word, n]) => {
-                    const m = await window.pointerPage.getModel(name, "int8"), row = m.empty();
-                    for (const t of m.tokenizer.encode(prompt)) await m.step(t, row);
-                    const feed = m.wordFeed(row, word);
-                    for (let i = 0; i < 50; i++) await m.word.run(feed);
-                    const start = performance.now();
-                    for (let i = 0; i < n; i++) await m.word.run(feed);
-                    return (performance.now() - start) / n;
-                }""",
-                [name, prompt, word, n],
-            )
+
+        times = {"python_ms": [], **{label: [] for label in pages}}
+        for r in range(rounds):
+            runners = [("python_ms", None), *pages.items()]
+            for label, page in runners if r % 2 == 0 else reversed(runners):
+                times[label].append(session_ms(steps.word, feed, n) if page is None else page.evaluate(
+                    """async ([name, prompt, word, n]) => {
+                        const m = await window.pointerPage.getModel(name, "int8"), row = m.empty();
+                        for (const t of m.tokenizer.encode(prompt)) await m.step(t, row);
+                        const feed = m.wordFeed(row, word);
+                        for (let i = 0; i < 50; i++) await m.word.run(feed);
+                        const start = performance.now();
+                        for (let i = 0; i < n; i++) await m.word.run(feed);
+                        return (performance.now() - start) / n;
+                    }""",
+                    [name, prompt, word, n],
+                ))  # fmt: skip
+        out[name] = {label: statistics.median(v) for label, v in times.items()}
     return out
 
 
@@ -213,13 +222,8 @@ def product_alone(pages: dict, site: Path, n: int = 300) -> dict:
             quantize(fp32, int8)
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
-            session, x = ort.InferenceSession(str(int8), options), {"x": np.full((1, K), 0.1, np.float32)}
-            for _ in range(50):
-                session.run(None, x)
-            start = time.perf_counter()
-            for _ in range(n):
-                session.run(None, x)
-            out[name] = {"shape": [K, N], "python_int8_ms": (time.perf_counter() - start) / n * 1000}
+            x = {"x": np.full((1, K), 0.1, np.float32)}
+            out[name] = {"shape": [K, N], "python_int8_ms": session_ms(ort.InferenceSession(str(int8), options), x, n)}
             data = base64.b64encode(fp32.read_bytes()).decode()
         for label, page in pages.items():
             out[name][label] = page.evaluate(
@@ -310,7 +314,8 @@ def markdown(r: dict, command: str) -> str:
               "each call: its fastest on x86); the page runs export_web.py's (int8 weights, float32 products: its "
               "fastest in wasm), so greedy tokens part at near ties.", "",
               "The word step's graph alone (one vocabulary word after the first prompt, the same feed 300 times after "
-              "50), against each runner's whole time a word (the medians above):", "",
+              "50; the median of the rounds, the runners taking turns), against each runner's whole time a word (the "
+              "medians above):", "",
               "| model | runner | word step alone (ms) | a word in all (ms) |", "|---|---|---:|---:|"]  # fmt: skip
     for name, w in r["word_step"].items():
         s = r["speed"][name]
@@ -418,7 +423,7 @@ def main():
                 print(json.dumps(result), flush=True)
                 result["speed"] = speed(pages, python, PROMPTS, 50, args.rounds)
                 print(json.dumps(result["speed"]), flush=True)
-                result["word_step"] = word_step_alone(pages, python, PROMPTS[0])
+                result["word_step"] = word_step_alone(pages, python, PROMPTS[0], args.rounds)
                 result["product"] = product_alone(pages, sites["page"])
                 result["first_word"] = {label: first_word(chromium, urls[label], args.rounds) for label in sites}
                 screenshot(pages["page"], PROMPTS[0], args.screenshot)
