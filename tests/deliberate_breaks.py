@@ -5600,6 +5600,13 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "    return spelled_mixture(spell.log_copy[:, held], spell.spellings[:, held], spell.prefix,",
         [PAGE_GRAPHS],
     ),
+    (
+        "decode step: the ring written one slot on (ring_write's index)",
+        M,
+        "    index = slot.view(1, *(1,) * value.dim()).expand(value.shape[0], 1, *value.shape[1:])",
+        "    index = ((slot + 1) % ring.shape[1]).view(1, *(1,) * value.dim()).expand(value.shape[0], 1, *value.shape[1:])",
+        ["tests/test_fast_decode.py::test_decode_step_equals_forward_one_token_at_a_time"],
+    ),
 ]
 
 
