@@ -967,13 +967,14 @@ def build(models: Models, default_model=DEFAULT_MODEL) -> gr.Blocks:
         model = dict(concurrency_id="model")  # every event that runs a model: --concurrency at once, all together
         folder.change(on_load, folder, loaded, **private, **model)
         demo.load(on_load, folder, loaded, **private, **model)
+        # a click while a run streams is not dropped (Gradio's default for a click): it runs when that run ends
+        last = dict(trigger_mode="always_last")
         button.click(
-            on_generate, [folder, prompt, *settings], [text, moment, compare, status, words], **private, **model
+            on_generate, [folder, prompt, *settings], [text, moment, compare, status, words], **private, **model, **last
         )
         text.click(on_select, words, moment, **private)
-        score_button.click(
-            on_score, [folder, score_in, upload], [score_out, score_status, score_moment, view], **private, **model
-        )
+        scored = [score_out, score_status, score_moment, view]
+        score_button.click(on_score, [folder, score_in, upload], scored, **private, **model, **last)
         score_out.click(on_score_select, view, score_moment, **private)
 
         def generate(

@@ -170,7 +170,8 @@ def pick_folder(page, folder):
 def generate(page):
     """Click Generate and wait for this click's answer to end: a new message, or a new run's final status and its
     comparison with the twin, the event's last render (the status keeps the last answer's text while the next one
-    loads). Gradio ignores a click while the button's event still runs, so the next click waits for that last render."""
+    loads). A click while the button's event still runs waits for it (`trigger_mode="always_last"`), so the next click
+    waits for that last render."""
     last = """() => { const s = document.querySelector('#gen-status');
         const run = s.querySelector('.ps-status'), msg = s.querySelector('.ps-msg');
         return [run ? run.dataset.run + run.innerText : '', msg ? msg.innerText : '']; }"""
@@ -211,6 +212,22 @@ def drive(page, expect, tmp_path):
     assert 0 <= g <= 1
     expect(page.locator("#compare")).to_contain_text("wt2-lstm-2x200", timeout=60_000)
     page.screenshot(path=SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "app.png", full_page=True)
+
+    # a click while a run streams is not lost: it runs when that run ends (two finished runs, the last one the click's)
+    finished = """(seen) => { const s = document.querySelector('#gen-status .ps-status');
+        const twin = document.querySelector('#compare table');
+        if (s && twin && s.innerText.includes('words in') && twin.dataset.run === s.dataset.run)
+            (window.finishedRuns ??= new Set(seen)).add(s.dataset.run);
+        return window.finishedRuns && window.finishedRuns.size >= seen.length + 2; }"""
+    seen = [page.locator("#gen-status .ps-status").get_attribute("data-run")]
+    page.locator("#prompt textarea").fill(PROMPT_DEFAULT)
+    page.locator("#max_new_tokens input").fill("150")
+    page.locator("#generate").click()
+    page.locator("#prompt textarea").fill(PROMPT)
+    page.locator("#max_new_tokens input").fill("20")
+    page.locator("#generate").click()
+    page.wait_for_function(finished, arg=seen, timeout=60_000, polling=20)
+    assert page.locator("#continuation .w.unseen.copied", has_text="Kestrelwind").count() >= 1
 
     # coining: sampled, the model spells a word new to the text and the vocabulary, then copies it
     prompt = page.locator("#prompt textarea").input_value()
