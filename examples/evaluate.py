@@ -243,6 +243,15 @@ def streams_for(ids, batch_size, max_tokens):
     return shard_streams(first_tokens(ids, max_tokens), batch_size)
 
 
+def note_short_streams(ids: int, rows: int, window: int) -> None:
+    """A note on stderr where the split's `rows` streams are shorter than the pointer's window: each starts without
+    context and its first word is unscored, which a short text (a paragraph of the user's) feels in every figure."""
+    if rows > 1 and ids // rows < window:
+        print(f"note: the {ids:,} ids are read as {rows} streams (--batch_size) of about {ids // rows:,}, fewer than "
+              f"the pointer's window of {window}: each starts without context and its first word is not scored; "
+              "--batch_size 1 reads the text as one stream", file=sys.stderr)  # fmt: skip
+
+
 class SplitReading(Mapping):
     """The evaluated splits as the model reads them, a block at a time. With an open-vocabulary tokenizer and model
     (placeholder ids V ... V+N-1, `oov_slots`), a validation or test split whose cached ids hold <unk> is read again
@@ -458,6 +467,8 @@ def main(argv=None):
               "this the data the tokenizer was built for? (with no data flags the bundled WikiText-2 is used)",
               file=sys.stderr)  # fmt: skip
     tok, model = load_saved_model(args.model, tok)
+    note_short_streams(len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,
+                       model.config.pointer_window)  # fmt: skip
     if spelling:  # text in the corpus's form (checked above): the word model alone scores it
         model = without_speller(model)
     reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open
@@ -556,6 +567,7 @@ def spelled_main(args, tok, splits) -> dict:
                            args.batch_size, args.max_tokens and args.max_tokens + 1)  # fmt: skip
     except ValueError as e:
         fail(e)
+    note_short_streams(text.ids, args.batch_size, L)
     tok, model = load_saved_model(args.model, tok)
     totals, start = SpelledTotals(), time.perf_counter()
     try:  # malformed ids (a byte after no word's end, ...) stop the forward

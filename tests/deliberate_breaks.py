@@ -5614,6 +5614,20 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "        last = dict()",
         ["tests/test_app_browser.py::test_in_a_real_browser"],
     ),
+    (
+        "evaluate: no note where the spelled text's streams are shorter than the window",
+        "examples/evaluate.py",
+        "    note_short_streams(text.ids, args.batch_size, L)\n",
+        "",
+        ["tests/test_evaluate_spelled.py::test_streams_shorter_than_the_window_are_noted"],
+    ),
+    (
+        "evaluate: no note where the word model's streams are shorter than the window",
+        "examples/evaluate.py",
+        "    note_short_streams(len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,",
+        "    (len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,",
+        ["tests/test_evaluate_spelled.py::test_streams_shorter_than_the_window_are_noted"],
+    ),
 ]
 
 

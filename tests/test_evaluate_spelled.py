@@ -91,6 +91,22 @@ def test_evaluate_reports_bits_per_byte_by_kind_and_refuses_what_it_cannot_score
         assert "Traceback" not in refused.stderr
 
 
+@pytest.mark.parametrize("corpus_form", [False, True], ids=["spelled", "corpus form"])
+def test_streams_shorter_than_the_window_are_noted(tmp_path, corpus_form):
+    """A text read as streams shorter than the pointer's window (each without context, its first word unscored: a
+    user's paragraph at the default --batch_size 10; here a short text as 20 streams) gets a note on stderr saying so
+    and how to read it as one stream, on the spelled path and on the word model's; one stream gets none."""
+    spelling_pair(tmp_path)
+    text = tmp_path / "text.txt"
+    text.write_text("the ship of the line was sunk in the bay by the crew .\n" * 4 if corpus_form else TEXT)
+    short = run_script("evaluate.py", tmp_path, "--test_file", text, "--batch_size", "20")
+    one = run_script("evaluate.py", tmp_path, "--test_file", text, "--batch_size", "1")
+    assert short.returncode == one.returncode == 0, short.stderr + one.stderr
+    assert "as 20 streams (--batch_size) of about" in short.stderr, short.stderr
+    assert "fewer than the pointer's window of 5" in short.stderr, short.stderr
+    assert "--batch_size 1 reads the text as one stream" in short.stderr and "note:" not in one.stderr
+
+
 def test_text_in_the_corpus_form_takes_the_word_level_analyses_and_scores_as_spelled(tmp_path):
     """On text in the corpus's form (no word spelled) a spelling folder is scored by its word model alone, fast, and
     the README's --cache / --dynamic commands run: the same perplexity and bits per byte as the spelled scoring."""
