@@ -456,10 +456,11 @@ def main(argv=None):
     files = cached_split_files(args, tok, splits)
     mapped = {s: token_array(f) for s, f in files.items()}  # the streams read a batch at a time from these
     ids = SplitIds(files)  # whole int64 splits, loaded only by the analyses that need them (--dynamic, --plots, ...)
+    scored = len(first_tokens(mapped[args.split], args.max_tokens))
     try:
         streams_for(mapped[args.split], args.batch_size, args.max_tokens)
     except ValueError as e:  # an empty split, or too few tokens for the streams
-        fits = len(first_tokens(mapped[args.split], args.max_tokens)) // 2  # streams of 2 tokens it can fill
+        fits = scored // 2  # streams of 2 tokens it can fill
         fail(f"{e} Pass a smaller --batch_size (at most {fits} for this split)" if fits else e)
     rate = unk_rate_of_counts(token_counts(files[args.split]), unk_token_id(tok))
     if rate > 0.1:
@@ -467,8 +468,7 @@ def main(argv=None):
               "this the data the tokenizer was built for? (with no data flags the bundled WikiText-2 is used)",
               file=sys.stderr)  # fmt: skip
     tok, model = load_saved_model(args.model, tok)
-    note_short_streams(len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,
-                       model.config.pointer_window)  # fmt: skip
+    note_short_streams(scored, args.batch_size, model.config.pointer_window)
     if spelling:  # text in the corpus's form (checked above): the word model alone scores it
         model = without_speller(model)
     reading = SplitReading(args, tok, model, splits, files, mapped, ids)  # unseen words as placeholders, if open

@@ -5624,8 +5624,8 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
     (
         "evaluate: no note where the word model's streams are shorter than the window",
         "examples/evaluate.py",
-        "    note_short_streams(len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,",
-        "    (len(first_tokens(mapped[args.split], args.max_tokens)), args.batch_size,",
+        "    note_short_streams(scored, args.batch_size, model.config.pointer_window)\n",
+        "",
         ["tests/test_evaluate_spelled.py::test_streams_shorter_than_the_window_are_noted"],
     ),
 ]

@@ -167,6 +167,14 @@ def pick_folder(page, folder):
     box.blur()
 
 
+# the run whose last render the page shows, or null: its final status ("… words in … s") and its comparison with the
+# twin, both stamped with the run
+FINISHED_RUN = """() => { const s = document.querySelector('#gen-status .ps-status');
+    const twin = document.querySelector('#compare table');
+    const done = s && twin && s.innerText.includes('words in') && twin.dataset.run === s.dataset.run;
+    return done ? s.dataset.run : null; }"""
+
+
 def generate(page):
     """Click Generate and wait for this click's answer to end: a new message, or a new run's final status and its
     comparison with the twin, the event's last render (the status keeps the last answer's text while the next one
@@ -178,9 +186,7 @@ def generate(page):
     before = page.evaluate(last)
     page.locator("#generate").click()
     page.wait_for_function(f"""(before) => {{ const [run, msg] = ({last})();
-        const stamp = document.querySelector('#gen-status .ps-status'), twin = document.querySelector('#compare table');
-        return (run !== before[0] && run.includes('words in') && twin !== null && stamp !== null
-                && twin.dataset.run === stamp.dataset.run) || (msg !== '' && msg !== before[1]); }}""",
+        return (run !== before[0] && ({FINISHED_RUN})() !== null) || (msg !== '' && msg !== before[1]); }}""",
                            arg=before)  # fmt: skip
 
 
@@ -214,11 +220,9 @@ def drive(page, expect, tmp_path):
     page.screenshot(path=SCREENSHOT if os.environ.get("UPDATE_SCREENSHOT") else tmp_path / "app.png", full_page=True)
 
     # a click while a run streams is not lost: it runs when that run ends (two finished runs, the last one the click's)
-    finished = """(seen) => { const s = document.querySelector('#gen-status .ps-status');
-        const twin = document.querySelector('#compare table');
-        if (s && twin && s.innerText.includes('words in') && twin.dataset.run === s.dataset.run)
-            (window.finishedRuns ??= new Set(seen)).add(s.dataset.run);
-        return window.finishedRuns && window.finishedRuns.size >= seen.length + 2; }"""
+    finished = f"""(seen) => {{ const run = ({FINISHED_RUN})();
+        if (run !== null) (window.finishedRuns ??= new Set(seen)).add(run);
+        return window.finishedRuns && window.finishedRuns.size >= seen.length + 2; }}"""
     seen = [page.locator("#gen-status .ps-status").get_attribute("data-run")]
     page.locator("#prompt textarea").fill(PROMPT_DEFAULT)
     page.locator("#max_new_tokens input").fill("150")
