@@ -242,17 +242,19 @@ def decode_prompt(model, prompt_len, batch=1, device="cpu"):
     return torch.randint(0, V, (batch, prompt_len), generator=torch.Generator().manual_seed(2)).to(device)
 
 
-def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast", clock=time.perf_counter):
-    """Per-token decode rate through generate: (time(N+1 new) - time(1 new)) removes the prefill. The unit sets
-    `latency` (seconds a token) and `tokens` (the longer run's sequences)."""
+def decoder(model, prompt_len, new_tokens, device, batch=1, decode_step="fast", clock=time.perf_counter, top_k=None):
+    """Per-token decode rate through generate, greedy (or top-k sampling from one seed): (time(N+1 new) - time(1
+    new)) removes the prefill. The unit sets `latency` (seconds a token) and `tokens` (the longer run's sequences)."""
     prompt = decode_prompt(model, prompt_len, batch, device)
     model.eval()
+    decoding = dict(do_sample=False) if top_k is None else dict(do_sample=True, top_k=top_k)
 
     def timed(n):
+        torch.manual_seed(0)
         sync(device)
         t0 = clock()
-        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0,
-                             decode_step=decode_step)  # fmt: skip
+        out = model.generate(prompt, max_new_tokens=n, min_new_tokens=n, pad_token_id=0, decode_step=decode_step,
+                             **decoding)  # fmt: skip
         sync(device)
         return clock() - t0, out
 
@@ -286,20 +288,24 @@ def spelling_models(V, H, L, device, dtype):
 
 def spelled_decoding(reps: int, quick: bool, device, dtype) -> list[dict]:
     """Generate's per-token latency with the speller (ids that carry the text) against the same weights without it
-    (placeholders), greedy from a 10-token prompt on random weights, which write vocabulary words; and the speller's
-    own step: a model made to spell (its `<unk>` share raised, so nearly every token is a byte) against one writing
-    words, both with the speller."""
-    V, H, L, n = 10000, 200, 100, 20 if quick else 50
+    (placeholders), greedy and top-k sampling (the shipped folders' default, k = 40) from a 10-token prompt on random
+    weights, which write vocabulary words, past the window's length; and the speller's own step: a model made to
+    spell (its `<unk>` share raised, so nearly every token is a byte) against one writing words, both with the
+    speller."""
+    V, H, L, n = 10000, 200, 100, 20 if quick else 200
     tag = f"2x{H}, V={V}, L={L}, speller 256"
     word, spelled, spelling = spelling_models(V, H, L, device, dtype)
     units = [decoder(m, 10, n, device) for m in (spelled, word, spelling)]
-    for u, writes in zip(units, ("words", "words", "bytes"), strict=True):  # what each row says it times
+    units += [decoder(m, 10, n, device, top_k=40) for m in (spelled, word)]
+    for u, writes in zip(units, ("words", "words", "bytes", "words", "words"), strict=True):  # what each row times
         u()
         new = u.tokens[0, 10:]
         assert bool(((new < V) if writes == "words" else (new >= V)).float().mean() > 0.9), (writes, new.tolist())
     return [
         latency_compare(f"decode latency, speller / placeholders, greedy writing words ({tag})", units[0], units[1],
                         reps, device, ("<=", 1.1)),
+        latency_compare(f"decode latency, speller / placeholders, top-k 40 sampling writing words ({tag})", units[3],
+                        units[4], reps, device, ("<=", 1.1)),
         latency_compare(f"decode latency, a spelled byte / a word step, speller ({tag})", units[2], units[0], reps,
                         device, ("<=", 1.0)),
     ]  # fmt: skip

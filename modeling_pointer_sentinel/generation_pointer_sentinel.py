@@ -26,6 +26,8 @@ from transformers.generation.logits_process import (
     MinLengthLogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
     SuppressTokensLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
@@ -204,12 +206,22 @@ def _mask_once(processors):
         else:
             out.append(p)
 
-    def call(input_ids, scores):
-        for p in out:
-            scores = p(input_ids, scores)
-        return scores
+    def chain(processors):
+        def call(input_ids, scores):
+            for p in processors:
+                scores = p(input_ids, scores)
+            return scores
 
-    call.masks_only = all(isinstance(p, _TokenMask) for p in out)  # they can only lower a score
+        return call
+
+    call = chain(out)
+    # The leading masks, which can only lower a score, and what follows them. When that is temperatures (which keep
+    # the order) and then top-k, the k largest masked scores are the only ones sampling can draw (`top_k`).
+    masks = next((i for i, p in enumerate(out) if not isinstance(p, _TokenMask)), len(out))
+    call.masks, call.rest, call.masks_only = chain(out[:masks]), chain(out[masks:]), masks == len(out)
+    warpers = [type(p) for p in out[masks:]]
+    top = next((i for i, w in enumerate(warpers) if w is not TemperatureLogitsWarper), len(warpers))
+    call.top_k = out[masks + top].top_k if top < len(warpers) and warpers[top] is TopKLogitsWarper else None
     return call
 
 
@@ -358,12 +370,13 @@ class PointerSentinelGenerationMixin(GenerationMixin):
         keep = generation_config.return_dict_in_generate
         scores = () if keep and generation_config.output_scores else None
         raw_logits = () if keep and generation_config.output_logits else None
-        # Greedy whose scores only argmax and masks read: a word step's speller is started only when a first byte
-        # could win. No byte can beat the best word when that word's log p is above the unseen word's whole mass (a
-        # byte's share of it; a mask only lowers it), so the words decide alone: the same tokens, the speller's
-        # products skipped at most word steps.
-        lazy = (spelled and not generation_config.do_sample and scores is None and raw_logits is None
-                and later.masks_only and not self.config.added_tokens)  # fmt: skip
+        # Greedy, or top-k sampling, whose scores nothing keeps: a word step's speller is started only when a first
+        # byte could be drawn. No byte can be among the k best when the k-th best word's log p is above the unseen
+        # word's whole mass (a byte's share of it; a mask only lowers it), so the words decide alone: the same
+        # choice, the speller's products skipped at most word steps.
+        top = later.top_k if generation_config.do_sample else 1 if later.masks_only else None
+        lazy = (spelled and top is not None and scores is None and raw_logits is None
+                and not self.config.added_tokens)  # fmt: skip
         pending, V, width = None, self.config.vocab_size, logits.shape[-1]
         B, n = input_ids.shape
         unfinished = torch.ones(B, dtype=torch.bool, device=input_ids.device)
@@ -408,9 +421,10 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 log_p = self._spelled_step(weights, state, spell, token, word_step)
                 logits, processors, pending = log_p.float(), later, None
                 if word_step:  # the words' log p, the bytes -inf; the slots' total bounds every byte
-                    words = later(input_ids, F.pad(logits[:, :V], (0, width - V), value=-torch.inf))
-                    if bool(words.amax(-1) > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):
-                        step_scores, processors, pending = words, _unchanged, log_p
+                    words = later.masks(input_ids, F.pad(logits[:, :V], (0, width - V), value=-torch.inf))
+                    kth = words.topk(min(top, V)).values[:, -1]
+                    if bool(kth > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):
+                        step_scores, processors, pending = later.rest(input_ids, words), _unchanged, log_p
                         continue
                     logits = self._finish_word_step(weights, state, spell, log_p).float()
                 step_scores = logits.clone() if raw_logits is not None else logits

@@ -5263,6 +5263,7 @@ MUTS += [  # open vocabulary, training: a 2-rank spelling run killed and resumed
 
 WEB = "tests/test_web_page.py"
 GREEDY = f"{WEB}::test_greedy_tokens_gate_and_pointer_share_match_pytorch"
+LAZY = "tests/test_spelled_forward.py::test_decoding_that_starts_the_speller_only_where_a_byte_could_be_chosen_writes_what_forward_writes"
 PAGE_GRAPHS = f"{WEB}::test_the_page_graphs_are_the_steps_made_lighter"
 MUTS += [  # the browser page's speed and size (export_web.py's page graphs, runner.js, export_onnx.py's passes)
     (
@@ -5562,10 +5563,10 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
     (
         "lazy greedy: the words decide alone, whatever the unseen word's mass",
         GEN,
-        "                    if bool(words.amax(-1) > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):",
+        "                    if bool(kth > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):",
         "                    if True:",
         [
-            "tests/test_spelled_forward.py::test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes"
+            "tests/test_spelled_forward.py::test_decoding_that_starts_the_speller_only_where_a_byte_could_be_chosen_writes_what_forward_writes"
         ],
     ),
     (
@@ -5574,17 +5575,45 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
         "            self._finish_word_step(weights, state, spell, pending)\n",
         "            pass\n",
         [
-            "tests/test_spelled_forward.py::test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes"
+            "tests/test_spelled_forward.py::test_decoding_that_starts_the_speller_only_where_a_byte_could_be_chosen_writes_what_forward_writes"
         ],
     ),
     (
-        "lazy greedy: sampling reads the words alone too",
+        "lazy greedy: sampling without top-k reads the words alone too (as if greedy)",
         GEN,
-        "        lazy = (spelled and not generation_config.do_sample and scores is None and raw_logits is None",
-        "        lazy = (spelled and scores is None and raw_logits is None",
+        "        top = later.top_k if generation_config.do_sample else 1 if later.masks_only else None",
+        "        top = 1 if later.masks_only else None",
         [
             "tests/test_spelled_forward.py::test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_as_forward_does"
         ],
+    ),
+    (
+        "lazy top-k sampling: the best word, not the k-th, against the unseen word's mass",
+        GEN,
+        "                    kth = words.topk(min(top, V)).values[:, -1]",
+        "                    kth = words.amax(-1)",
+        [LAZY],
+    ),
+    (
+        "lazy top-k sampling: the words skip the temperature and top-k",
+        GEN,
+        "                        step_scores, processors, pending = later.rest(input_ids, words), _unchanged, log_p",
+        "                        step_scores, processors, pending = words, _unchanged, log_p",
+        [LAZY],
+    ),
+    (
+        "lazy top-k sampling: never lazy after a temperature (top-k read only right after the masks)",
+        GEN,
+        "    top = next((i for i, w in enumerate(warpers) if w is not TemperatureLogitsWarper), len(warpers))",
+        "    top = 0",
+        [LAZY],
+    ),
+    (
+        "lazy top-k sampling: the masks run after the check (a masked word counted among the k best)",
+        GEN,
+        "                    words = later.masks(input_ids, F.pad(logits[:, :V], (0, width - V), value=-torch.inf))",
+        "                    words = F.pad(logits[:, :V], (0, width - V), value=-torch.inf)",
+        [LAZY],
     ),
     (
         "web speed: the ring written by index_copy_ (its exported graph transposes the ring around a ScatterND)",

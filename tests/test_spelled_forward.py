@@ -209,13 +209,17 @@ def test_the_fast_spelled_step_writes_what_forward_writes_and_leaves_the_cache_a
     torch.testing.assert_close(after, whole[:, -rest.shape[1] :], atol=1e-9, rtol=0)
 
 
+@pytest.mark.parametrize("decoding", ["greedy", "top-k sampling"])
 @pytest.mark.parametrize("variant", VARIANTS[:4])
-def test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_forward_writes(variant):
-    """Greedy whose scores nothing keeps starts a word step's speller only when the best word's log p is not above
-    the unseen word's whole mass: the same tokens as the forward at every token, with `<unk>`'s share, one word's and
-    the pointer's from small to dominant (words, spelled words and copies of them all written), a mask on a word
-    (`suppress_tokens`), both kinds of word step seen (the speller skipped, and started); and the cache it leaves
-    continues as the whole forward, also with a spelled word in place of its last word."""
+def test_decoding_that_starts_the_speller_only_where_a_byte_could_be_chosen_writes_what_forward_writes(
+    variant, decoding
+):
+    """Greedy, and top-k sampling after a temperature, whose scores nothing keeps start a word step's speller only
+    when the k-th best word's log p is not above the unseen word's whole mass: the same tokens as the forward at
+    every token (sampling from one seed), with `<unk>`'s share, one word's and the pointer's from small to dominant
+    (words, spelled words and copies of them all written), a mask on a word (`suppress_tokens`), both kinds of word
+    step seen (the speller skipped, and started); and the cache it leaves continues as the whole forward, also with
+    a spelled word in place of its last word."""
     finished, word_steps = [], []
     for bias, word_bias, sentinel in ((3.0, 0.0, None), (2.0, 1.0, 0.5), (0.0, 3.0, 0.25), (-4.0, 6.0, 3.0)):
         m = eager_model(**variant)
@@ -231,13 +235,15 @@ def test_greedy_that_starts_the_speller_only_where_a_byte_could_win_writes_what_
         m._finish_word_step = lambda *a, f=finish: finished.append(1) or f(*a)
         m._spelled_step = lambda w, s, sp, t, lazy=False, f=step: word_steps.append(lazy) or f(w, s, sp, t, lazy)
         prompt = text(5, "Zor", 7, "Émile", 2, "Zor")
-        for n in (40, 2):  # 2: the window still holds the prompt's spelled words when generate stops
-            kw = dict(
-                max_new_tokens=n, min_new_tokens=n, pad_token_id=0, suppress_tokens=[4], return_dict_in_generate=True
-            )
-            runs = {step: m.generate(prompt, decode_step=step, **kw) for step in ("fast", "forward")}
+        sampling = dict(do_sample=True, temperature=0.7, top_k=3) if decoding != "greedy" else {}
+        # n = 2: the window still holds the prompt's spelled words when generate stops; sampling draws from 3 seeds
+        for n, seed in [(40, s) for s in range(3 if sampling else 1)] + [(2, 0)]:
+            kw = dict(max_new_tokens=n, min_new_tokens=n, pad_token_id=0, suppress_tokens=[4],
+                      return_dict_in_generate=True, **sampling)  # fmt: skip
+            runs = {step: torch.manual_seed(seed) and m.generate(prompt, decode_step=step, **kw)
+                    for step in ("fast", "forward")}  # fmt: skip
             fast, slow = runs["fast"].sequences, runs["forward"].sequences
-            assert fast.tolist() == slow.tolist(), (bias, word_bias, sentinel, n)
+            assert fast.tolist() == slow.tolist(), (bias, word_bias, sentinel, n, seed)
             # The cache holds every token but the last; it goes on with that token, or with a spelled word in its
             # place if the last was a word (whose bytes read the last word step's copies, which the cache holds).
             with torch.no_grad():
