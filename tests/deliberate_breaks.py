@@ -5590,8 +5590,8 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
     (
         "lazy top-k sampling: the best word, not the k-th, against the unseen word's mass",
         GEN,
-        "                    kth = words.topk(min(top, V)).values[:, -1]",
-        "                    kth = words.amax(-1)",
+        "                    kth = words.amax(-1) if top == 1 else words.topk(min(top, V)).values[:, -1]  # amax: 1/6 the time",
+        "                    kth = words.amax(-1)  # amax: 1/6 the time",
         [LAZY],
     ),
     (

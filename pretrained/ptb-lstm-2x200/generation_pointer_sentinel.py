@@ -422,7 +422,7 @@ class PointerSentinelGenerationMixin(GenerationMixin):
                 logits, processors, pending = log_p.float(), later, None
                 if word_step:  # the words' log p, the bytes -inf; the slots' total bounds every byte
                     words = later.masks(input_ids, F.pad(logits[:, :V], (0, width - V), value=-torch.inf))
-                    kth = words.topk(min(top, V)).values[:, -1]
+                    kth = words.amax(-1) if top == 1 else words.topk(min(top, V)).values[:, -1]  # amax: 1/6 the time
                     if bool(kth > logits[:, V:].logsumexp(-1) + LAZY_MARGIN):
                         step_scores, processors, pending = later.rest(input_ids, words), _unchanged, log_p
                         continue
