@@ -215,13 +215,15 @@ def card_snippet() -> str:
 
 def test_model_card_snippet_runs_in_a_fresh_process_with_stdin_closed(tmp_path):
     """No trust_remote_code prompt (it would block) and no model-type mismatch warning, on a folder laid out as the
-    shipped ones (open-vocabulary tokenizer, the folder's own pipeline)."""
+    shipped ones (a spelling tokenizer and the speller, the folder's own pipeline; the snippet samples unseeded, and
+    a placeholder model may write a new slot, `<oov-k>` in its text)."""
     from modeling_pointer_sentinel.pipeline_pointer_sentinel import ship_pipeline
-    from modeling_pointer_sentinel.tokenization import open_vocabulary
+    from modeling_pointer_sentinel.tokenization import spelling_vocabulary
 
-    tok = open_vocabulary(build_word_level_tokenizer(["The game was released in the game of the year"] * 3), 4)
+    tok = spelling_vocabulary(build_word_level_tokenizer(["The game was released in the game of the year"] * 3))
     model = tiny_model(vocab_size=tok.word_vocab_size, eos_token_id=tok.eos_token_id, pad_token_id=tok.eos_token_id,
-                       bos_token_id=tok.eos_token_id, oov_slots=4, unk_token_id=tok.unk_token_id)  # fmt: skip
+                       bos_token_id=tok.eos_token_id, oov_slots=8, pointer_window=5, unk_token_id=tok.unk_token_id,
+                       speller_size=6)  # fmt: skip
     model.save_pretrained(tmp_path / "m")
     tok.save_pretrained(tmp_path / "m")
     ship_pipeline(tmp_path / "m")
