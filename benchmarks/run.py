@@ -591,7 +591,7 @@ def main(argv=None):
         "ONNX Runtime; needs the onnx extra), zoneout_compiled (opt-in: minutes of compilation), adaptive (opt-in: "
         "the adaptive softmax against "
         "the full one on WikiText-2's 33,278 words, 2x200 and 2x650 or 2x200 with --quick), spell (opt-in: generate's "
-        "step with the speller against placeholders, and a spelled byte against a word step)",
+        "step with the speller against placeholders, greedy and top-k sampling; a spelled byte against a word step)",
     )
     ap.add_argument("--write", default=None,
                     help="write the results as a markdown table to this file, e.g. benchmarks/results_cpu.md; refuses "
