@@ -5604,8 +5604,8 @@ MUTS += [  # a speller folder on text that spells words scores in bounded memory
     (
         "lazy top-k sampling: never lazy after a temperature (top-k read only right after the masks)",
         GEN,
-        "    top = next((i for i, w in enumerate(warpers) if w is not TemperatureLogitsWarper), len(warpers))",
-        "    top = 0",
+        "    after = next((p for p in rest if type(p) is not TemperatureLogitsWarper), None)",
+        "    after = rest[0] if rest else None",
         [LAZY],
     ),
     (

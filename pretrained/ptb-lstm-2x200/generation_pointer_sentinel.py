@@ -218,10 +218,10 @@ def _mask_once(processors):
     # The leading masks, which can only lower a score, and what follows them. When that is temperatures (which keep
     # the order) and then top-k, the k largest masked scores are the only ones sampling can draw (`top_k`).
     masks = next((i for i, p in enumerate(out) if not isinstance(p, _TokenMask)), len(out))
-    call.masks, call.rest, call.masks_only = chain(out[:masks]), chain(out[masks:]), masks == len(out)
-    warpers = [type(p) for p in out[masks:]]
-    top = next((i for i, w in enumerate(warpers) if w is not TemperatureLogitsWarper), len(warpers))
-    call.top_k = out[masks + top].top_k if top < len(warpers) and warpers[top] is TopKLogitsWarper else None
+    rest = out[masks:]
+    call.masks, call.rest, call.masks_only = chain(out[:masks]), chain(rest), not rest
+    after = next((p for p in rest if type(p) is not TemperatureLogitsWarper), None)
+    call.top_k = after.top_k if type(after) is TopKLogitsWarper else None
     return call
 
 
